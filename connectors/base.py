@@ -1,0 +1,176 @@
+"""The contract between GPU Ledger and its connectors.
+
+A connector is one class that turns one source into columnar batches for a window it is asked
+for. It keeps no cursor: the ingestor owns watermarks, idempotency and retries (STYLE.md).
+Built-ins and third-party connectors are found by name through the ``gpu_ledger.connectors``
+entry-point group; the entry point names the class.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+#: Columns (and dtypes) of ``SampleBatch.samples``.
+SAMPLE_SCHEMA: dict[str, pl.DataType] = {
+    "device_id": pl.String(),
+    "ts_ms": pl.Int64(),  # reading time, milliseconds since the Unix epoch (UTC)
+    "metric": pl.String(),  # a service.metrics_catalog.Metric value
+    "value": pl.Float64(),  # in the metric's unit: percent 0–100, W, J (counter), bytes, °C
+    "workload_key": pl.String(),  # '' when nothing occupied the device at ts
+    "share": pl.Float64(),  # this workload's share of the device at ts (time-slicing); 1.0 alone
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """A GPU or MIG instance as a source describes it (see service.models.Device)."""
+
+    device_id: str
+    environment: Literal["onprem", "aws", "gcp", "azure"]
+    provider: str | None = None
+    account: str | None = None
+    region: str | None = None
+    cluster: str | None = None
+    node: str | None = None
+    instance_id: str | None = None
+    instance_type: str | None = None
+    gpu_model: str | None = None
+    gpu_index: int | None = None
+    parent_device_id: str | None = None
+    mig_profile: str | None = None
+    gpu_fraction: float = 1.0
+    tdp_w: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """What occupied a device: a pod/container, a Docker container, a job, a process, a VM."""
+
+    workload_key: str
+    project: str | None = None
+    team: str | None = None
+    user_name: str | None = None
+    namespace: str | None = None
+    workload: str | None = None
+
+
+@dataclass(slots=True)
+class SampleBatch:
+    """Samples of many devices as one columnar frame (``SAMPLE_SCHEMA``) plus the devices and
+    workloads they name. Several rows with the same device, metric and ts but different workloads
+    are a time-sliced device: their ``share`` values say how it was split and should add to 1."""
+
+    samples: pl.DataFrame
+    devices: list[DeviceInfo]
+    workloads: list[WorkloadInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How a metrics source samples, which fixes how the ledger reads it (DESIGN §3.1).
+
+    ``max_gap_s``: a gauge reading stands for at most this long (default 2 × period).
+    ``presence_gap_s``: a silence up to this long keeps the device present (unobserved); longer
+    means the device was gone. The ingestor reads this much before and after every window.
+    """
+
+    period_s: float
+    max_gap_s: float
+    presence_gap_s: float = 3600.0
+
+    @classmethod
+    def every(cls, period_s: float, presence_gap_s: float = 3600.0) -> Sampling:
+        return cls(period_s=period_s, max_gap_s=2 * period_s, presence_gap_s=presence_gap_s)
+
+
+class ConnectorStatus(StrEnum):
+    """Connector health, as the `connectors` query reports it, and what the operator should do."""
+
+    NEVER_RUN = "NEVER_RUN"  # configured, not run yet: wait for the scheduler or run `gpu-ledger ingest`
+    RUNNING = "RUNNING"  # a window is being ingested now
+    OK = "OK"  # last run succeeded; the watermark says how far data is in
+    MISSING_DATA = "MISSING_DATA"  # the source answered but had nothing for the window (new exports lag ~48 h)
+    INVALID_CONFIGURATION = "INVALID_CONFIGURATION"  # fix the [[connectors]] entry; it will not run until then
+    FAILED_CONNECTION = "FAILED_CONNECTION"  # network/auth/5xx: check reachability and credentials; retried
+    PARSE_ERROR = "PARSE_ERROR"  # the source sent data we could not read; see last_error and rejections
+    DISABLED = "DISABLED"  # `enabled = false` in the config
+
+
+class ConnectorError(Exception):
+    """Base of the errors a connector raises; the subclass tells the runner what to do next."""
+
+    status: ClassVar[ConnectorStatus] = ConnectorStatus.PARSE_ERROR
+
+
+class ConfigurationError(ConnectorError):
+    """Bad configuration: fail at start, never retry."""
+
+    status = ConnectorStatus.INVALID_CONFIGURATION
+
+
+class RetriableError(ConnectorError):
+    """Throttling, 5xx, timeouts: back off and try again."""
+
+    status = ConnectorStatus.FAILED_CONNECTION
+
+
+class FatalSourceError(ConnectorError):
+    """Authentication or another 4xx: stop this source until someone looks."""
+
+    status = ConnectorStatus.FAILED_CONNECTION
+
+
+class ConnectorConfig(BaseModel):
+    """Keys every ``[[connectors]]`` table has; each type extends it with its own keys.
+
+    Unknown keys are rejected (``extra='forbid'``) so a typo is an error that names the key.
+    Secrets are ``pydantic.SecretStr`` fields: masked in repr and logs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: str
+    enabled: bool = True
+    interval_s: float = 300.0
+    backfill_days: float = 1.0
+
+
+@runtime_checkable
+class MetricsConnector(Protocol):
+    """A source of GPU metric samples."""
+
+    kind: ClassVar[Literal["metrics"]]
+    config_model: ClassVar[type[ConnectorConfig]]
+    sampling: Sampling
+
+    def discover(self) -> list[DeviceInfo]:
+        """The devices this source knows of now."""
+        ...
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        """Samples with ``start <= ts < end`` (UTC), in batches of any size, in any order."""
+        ...
+
+
+@runtime_checkable
+class BillingConnector(Protocol):
+    """A source of billing line items (the billing issue fills this in)."""
+
+    kind: ClassVar[Literal["billing"]]
+    config_model: ClassVar[type[ConnectorConfig]]
+
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[Any]:
+        """Normalized billing lines whose usage overlaps ``[start, end)``."""
+        ...
+
+
+def empty_samples() -> pl.DataFrame:
+    return pl.DataFrame(schema=SAMPLE_SCHEMA)

@@ -1,0 +1,266 @@
+"""Storage: SQLModel tables of the ledger, its prices and its ingestion bookkeeping (DESIGN §3–5).
+
+Units are in column names (``_s`` seconds, ``_b`` bytes, ``_j`` joules, ``_w`` watts, ``_c`` °C).
+Money columns are :class:`service.money.Money` (exact decimals) and always sit beside a currency.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from sqlalchemy import Column, Index, Numeric, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from service.dbtypes import UTCDateTime
+from service.money import Money
+
+
+def _money(nullable: bool = False) -> dict:  # type: ignore[type-arg]
+    return {"sa_type": Money, "nullable": nullable}
+
+
+def _utc(nullable: bool = False, index: bool = False) -> dict:  # type: ignore[type-arg]
+    return {"sa_type": UTCDateTime, "nullable": nullable, "index": index}
+
+
+class Device(SQLModel, table=True):
+    """One GPU or one MIG instance, with the dimensions its ledger rows inherit."""
+
+    __tablename__ = "device"
+
+    device_id: str = Field(primary_key=True, max_length=200, description="GPU-…/MIG-… UUID or <instance>/gpu<i>")
+    source: str = Field(max_length=100, description="connector instance that reported it")
+    environment: str = Field(max_length=16, index=True, description="onprem | aws | gcp | azure")
+    provider: str | None = Field(default=None, max_length=32)
+    account: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=100, description="cloud region or on-prem site")
+    cluster: str | None = Field(default=None, max_length=200)
+    node: str | None = Field(default=None, max_length=200)
+    instance_id: str | None = Field(default=None, max_length=300, description="cloud VM id, joins billing")
+    instance_type: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=100)
+    gpu_index: int | None = None
+    parent_device_id: str | None = Field(default=None, max_length=200, description="parent GPU of a MIG instance")
+    mig_profile: str | None = Field(default=None, max_length=50)
+    gpu_fraction: float = Field(default=1.0, description="share of a physical GPU: 1, or MIG slices / 7")
+    tdp_w: float | None = Field(default=None, description="board power limit, for estimated energy")
+    metrics: str = Field(default="", max_length=300, description="comma-separated metric keys seen")
+    first_seen: dt.datetime = Field(**_utc())
+    last_seen: dt.datetime = Field(**_utc())
+
+
+class LedgerFacts(SQLModel):
+    """Dimensions and additive measures shared by the hourly ledger and its daily rollup."""
+
+    source: str = Field(max_length=100)
+    device_id: str = Field(max_length=200)
+    workload_key: str = Field(default="", max_length=500, description="'' when nothing occupied the device")
+    # device dimensions, copied from Device at ingest so aggregates never join
+    environment: str = Field(max_length=16)
+    provider: str | None = Field(default=None, max_length=32)
+    account: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=100)
+    cluster: str | None = Field(default=None, max_length=200)
+    node: str | None = Field(default=None, max_length=200)
+    instance_id: str | None = Field(default=None, max_length=300)
+    instance_type: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=100)
+    mig_profile: str | None = Field(default=None, max_length=50)
+    gpu_fraction: float = 1.0
+    # workload dimensions
+    project: str | None = Field(default=None, max_length=200)
+    team: str | None = Field(default=None, max_length=200)
+    user_name: str | None = Field(default=None, max_length=200)
+    namespace: str | None = Field(default=None, max_length=200)
+    workload: str | None = Field(default=None, max_length=300)
+    # time: present = device existed; observed = default metric covered it; busy = ∫ util/100 dt
+    default_metric: str = Field(max_length=20, description="sm_active where the device has it, else gpu_util")
+    present_s: float = 0.0
+    observed_s: float = 0.0
+    busy_s: float = 0.0
+    idle_s: float = Field(default=0.0, description="observed seconds below the idle threshold")
+    hist_0_1_s: float = 0.0
+    hist_1_5_s: float = 0.0
+    hist_5_10_s: float = 0.0
+    hist_10_25_s: float = 0.0
+    hist_25_50_s: float = 0.0
+    hist_50_75_s: float = 0.0
+    hist_75_100_s: float = 0.0
+    obs_s_gpu_util: float = 0.0
+    busy_s_gpu_util: float = 0.0
+    idle_s_gpu_util: float = 0.0
+    obs_s_sm_active: float = 0.0
+    busy_s_sm_active: float = 0.0
+    idle_s_sm_active: float = 0.0
+    obs_s_tensor_active: float = 0.0
+    busy_s_tensor_active: float = 0.0
+    idle_s_tensor_active: float = 0.0
+    obs_s_mem_bw: float = 0.0
+    busy_s_mem_bw: float = 0.0
+    idle_s_mem_bw: float = 0.0
+    energy_j: float | None = None
+    energy_estimated: bool = Field(default=False, description="energy from mean power × time, not a counter")
+    mem_used_max_b: float | None = None
+    mem_total_b: float | None = None
+    temp_max_c: float | None = None
+    # cost (DESIGN §4): cost covers present time; idle_cost is the part spent idle
+    cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    idle_cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    energy_cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    currency: str | None = Field(default=None, max_length=3)
+    rate_source: str | None = Field(default=None, max_length=200, description="billing:… | rate_card:… | tco:…")
+
+
+class LedgerHour(LedgerFacts, table=True):
+    """One (device, UTC hour, workload): the ledger's unit of account (DESIGN §3.4)."""
+
+    __tablename__ = "ledger_hour"
+    __table_args__ = (
+        UniqueConstraint("device_id", "hour_start", "workload_key", name="uq_ledger_hour_natural_key"),
+        Index("ix_ledger_hour_hour_index", "hour_index"),
+        Index("ix_ledger_hour_source_hour", "source", "hour_index"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour_start: dt.datetime = Field(**_utc())
+    hour_index: int = Field(description="hours since 1970-01-01T00Z")
+    day_index: int = Field(description="days since 1970-01-01")
+    month_index: int = Field(description="calendar months since 1970-01")
+    power_avg_w: float | None = None
+    mem_used_avg_b: float | None = None
+
+
+class LedgerDay(LedgerFacts, table=True):
+    """Daily rollup of ``ledger_hour`` per (device, workload): rebuilt for every day an ingest touches."""
+
+    __tablename__ = "ledger_day"
+    __table_args__ = (
+        UniqueConstraint("device_id", "day_index", "workload_key", "currency", name="uq_ledger_day_natural_key"),
+        Index("ix_ledger_day_day_index", "day_index"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    day_index: int = Field(description="days since 1970-01-01")
+    month_index: int
+    hours: int = Field(default=0, description="hourly rows folded into this one")
+
+
+class GpuRate(SQLModel, table=True):
+    """A price per GPU-hour for devices matching its scope during [valid_from, valid_to).
+
+    Lower ``precedence`` wins: billing-derived rates (10) beat rate cards (20); the on-prem TCO
+    model applies where neither matches. A narrower match (instance id > instance type > GPU
+    model > environment only) beats a wider one of the same precedence.
+    """
+
+    __tablename__ = "gpu_rate"
+
+    id: int | None = Field(default=None, primary_key=True)
+    source_kind: str = Field(max_length=20, description="billing | rate_card")
+    source_ref: str = Field(max_length=200, description="rate card name or billing line reference")
+    precedence: int = 20
+    environment: str = Field(max_length=16, index=True)
+    instance_id: str | None = Field(default=None, max_length=300)
+    instance_type: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=100)
+    valid_from: dt.datetime = Field(**_utc())
+    valid_to: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    effective_per_gpu_hour: Decimal = Field(**_money())
+    list_per_gpu_hour: Decimal | None = Field(default=None, **_money(nullable=True))
+    billed_per_gpu_hour: Decimal | None = Field(default=None, **_money(nullable=True))
+    currency: str = Field(max_length=3)
+
+
+class BillingLine(SQLModel, table=True):
+    """One normalized billing line item (AWS CUR, GCP export, Azure cost export, FOCUS)."""
+
+    __tablename__ = "billing_line"
+    __table_args__ = (UniqueConstraint("source", "line_key", name="uq_billing_line_source_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    source: str = Field(max_length=100)
+    line_key: str = Field(max_length=200, description="stable hash of the raw line: re-ingest replaces")
+    file: str = Field(max_length=500)
+    line_no: int
+    provider: str = Field(max_length=32)
+    account: str | None = Field(default=None, max_length=200)
+    resource_id: str | None = Field(default=None, max_length=300, index=True)
+    region: str | None = Field(default=None, max_length=100)
+    service: str | None = Field(default=None, max_length=200)
+    sku: str | None = Field(default=None, max_length=300)
+    instance_type: str | None = Field(default=None, max_length=100)
+    charge_category: str = Field(max_length=40, description="FOCUS ChargeCategory: Usage, Purchase, Credit, …")
+    charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
+    usage_start: dt.datetime = Field(**_utc(index=True))
+    usage_end: dt.datetime = Field(**_utc())
+    usage_quantity: Decimal | None = Field(default=None, sa_column=Column(Numeric(24, 9), nullable=True))
+    usage_unit: str | None = Field(default=None, max_length=50)
+    gpu_count: int | None = None
+    gpu_hours: Decimal | None = Field(default=None, sa_column=Column(Numeric(24, 9), nullable=True))
+    billed_cost: Decimal = Field(**_money())
+    effective_cost: Decimal = Field(**_money())
+    list_cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    currency: str = Field(max_length=3)
+    tags: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class FxRate(SQLModel, table=True):
+    """1 ``base`` = ``rate`` ``quote`` on ``day`` (operator-maintained)."""
+
+    __tablename__ = "fx_rate"
+    __table_args__ = (UniqueConstraint("base", "quote", "day", name="uq_fx_rate_pair_day"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    base: str = Field(max_length=3)
+    quote: str = Field(max_length=3)
+    day: dt.date
+    rate: Decimal = Field(sa_column=Column(Numeric(24, 12), nullable=False))
+
+
+class ConnectorState(SQLModel, table=True):
+    """Where each connector instance stands: its watermark and health (see ConnectorStatus)."""
+
+    __tablename__ = "connector_state"
+
+    name: str = Field(primary_key=True, max_length=100)
+    type: str = Field(max_length=50)
+    status: str = Field(max_length=30)
+    watermark: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    last_run_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    last_success_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class ConnectorRun(SQLModel, table=True):
+    """One ingestion of one window by one connector; read = accepted + rejected."""
+
+    __tablename__ = "connector_run"
+
+    id: int | None = Field(default=None, primary_key=True)
+    connector: str = Field(max_length=100, index=True)
+    window_start: dt.datetime = Field(**_utc())
+    window_end: dt.datetime = Field(**_utc())
+    started_at: dt.datetime = Field(**_utc())
+    finished_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    status: str = Field(max_length=30)
+    read: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    ledger_rows: int = 0
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class Rejection(SQLModel, table=True):
+    """A quarantined input record with the reason it was refused."""
+
+    __tablename__ = "rejection"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, index=True)
+    connector: str = Field(max_length=100)
+    file: str | None = Field(default=None, max_length=500)
+    line: int | None = None
+    field: str | None = Field(default=None, max_length=100)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    raw: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
