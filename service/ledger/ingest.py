@@ -1,0 +1,250 @@
+"""Running a metrics connector over a window: collect → validate → normalize → price → write.
+
+The ingestor, not the connector, owns idempotency and progress (STYLE.md): a window is cut into
+UTC days, each day is read with one presence gap of context on both sides, its hours are
+replaced in one transaction, and the connector's watermark moves only after the whole window is
+in. A crash resumes from the watermark; a repeated window changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+from sqlalchemy import Engine, select
+from sqlmodel import Session
+
+from connectors.base import ConnectorError, ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
+from service.ledger import store
+from service.ledger.normalize import Window, normalize
+from service.ledger.validate import validate_samples
+from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
+from service.models import ConnectorRun, ConnectorState, Rejection
+from service.pricing.apply import PriceBook, price_rows
+from service.pricing.tco import SiteConfig
+from service.timeutil import HOUR_MS, ceil_hour, floor_hour, from_ms, to_ms
+
+DAY = dt.timedelta(days=1)
+ChunkCallback = Callable[[dt.datetime, dt.datetime], None]
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What one ``ingest_window`` did. ``samples_read == samples_accepted + samples_rejected``."""
+
+    connector: str
+    start: dt.datetime
+    end: dt.datetime
+    status: ConnectorStatus
+    samples_read: int
+    samples_accepted: int
+    samples_rejected: int
+    ledger_rows: int
+    devices: int
+    run_id: int
+
+
+def ingest_window(
+    engine: Engine,
+    name: str,
+    connector: MetricsConnector,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    sites: Sequence[SiteConfig] = (),
+    idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
+    on_chunk: ChunkCallback | None = None,
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+) -> IngestResult:
+    """Ingest hours ``[floor_hour(start), ceil_hour(end))`` of connector ``name`` into the ledger."""
+    start, end = floor_hour(start), ceil_hour(end)
+    if end <= start:
+        raise ValueError(f"ingest window is empty: end {end.isoformat()} is not after start {start.isoformat()}")
+    run_id = _begin(engine, name, type(connector).__name__, start, end, clock())
+    totals = {"read": 0, "accepted": 0, "rejected": 0, "rows": 0}
+    devices_seen: set[str] = set()
+    try:
+        with Session(engine) as session:
+            book = PriceBook.load(session, sites, start=start, end=end)
+        chunk_start = start
+        while chunk_start < end:
+            next_midnight = dt.datetime.combine(chunk_start.date() + DAY, dt.time(), tzinfo=dt.UTC)
+            chunk_end = min(end, next_midnight)
+            window = Window(
+                start_ms=to_ms(chunk_start),
+                end_ms=to_ms(chunk_end),
+                max_gap_ms=round(connector.sampling.max_gap_s * 1000),
+                presence_gap_ms=round(connector.sampling.presence_gap_s * 1000),
+                idle_threshold_pct=idle_threshold_pct,
+            )
+            counts, ids = _ingest_chunk(engine, name, connector, window, book, run_id)
+            for key in totals:
+                totals[key] += counts[key]
+            devices_seen |= ids
+            if on_chunk is not None:
+                on_chunk(chunk_start, chunk_end)
+            chunk_start = chunk_end
+    except ConnectorError as error:
+        _finish(engine, name, run_id, error.status, totals, clock(), error=str(error))
+        raise
+    except Exception as error:
+        _finish(engine, name, run_id, ConnectorStatus.PARSE_ERROR, totals, clock(), error=f"{type(error).__name__}: {error}")
+        raise
+    status = ConnectorStatus.OK if totals["accepted"] else ConnectorStatus.MISSING_DATA
+    _finish(engine, name, run_id, status, totals, clock(), watermark=end)
+    return IngestResult(
+        connector=name,
+        start=start,
+        end=end,
+        status=status,
+        samples_read=totals["read"],
+        samples_accepted=totals["accepted"],
+        samples_rejected=totals["rejected"],
+        ledger_rows=totals["rows"],
+        devices=len(devices_seen),
+        run_id=run_id,
+    )
+
+
+def _ingest_chunk(
+    engine: Engine, name: str, connector: MetricsConnector, window: Window, book: PriceBook, run_id: int
+) -> tuple[dict[str, int], set[str]]:
+    frames: list[pl.DataFrame] = []
+    devices: dict[str, DeviceInfo] = {}
+    workloads: dict[str, WorkloadInfo] = {}
+    for batch in connector.collect(from_ms(window.read_start_ms), from_ms(window.read_end_ms)):
+        frames.append(batch.samples)
+        devices.update((d.device_id, d) for d in batch.devices)
+        workloads.update((w.workload_key, w) for w in batch.workloads)
+    samples = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+    checked = validate_samples(samples, devices.keys())
+    rows = normalize(checked.accepted, window)
+    rows = price_rows(_with_dimensions(rows, name, devices, workloads), book)
+    in_window = checked.accepted.filter(
+        (pl.col("ts_ms") >= window.start_ms) & (pl.col("ts_ms") < window.end_ms)
+    )
+    seen = in_window.group_by("device_id").agg(
+        pl.col("ts_ms").min().alias("first_ms"),
+        pl.col("ts_ms").max().alias("last_ms"),
+        pl.col("metric").unique().sort().str.join(",").alias("metrics"),
+    )
+    ids = set(seen["device_id"].to_list())
+    with engine.begin() as conn:
+        store.upsert_devices(conn, name, devices.values(), seen)
+        written = store.replace_hours(
+            conn, name, window.start_ms // HOUR_MS, window.end_ms // HOUR_MS, sorted(ids), rows
+        )
+        first_day, last_day = window.start_ms // (24 * HOUR_MS), (window.end_ms - 1) // (24 * HOUR_MS)
+        store.rebuild_days(conn, first_day, last_day)
+        if checked.rejections:
+            conn.execute(
+                Rejection.__table__.insert(),
+                [{"run_id": run_id, "connector": name, **r} for r in checked.rejections],
+            )
+    counts = {"read": checked.read, "accepted": checked.accepted.height, "rejected": checked.rejected, "rows": written}
+    return counts, ids
+
+
+def _with_dimensions(
+    rows: pl.DataFrame, source: str, devices: dict[str, DeviceInfo], workloads: dict[str, WorkloadInfo]
+) -> pl.DataFrame:
+    """Ledger rows get their device and workload dimensions and their hour, day and month."""
+    device_frame = pl.DataFrame(
+        [{f: getattr(d, f) for f in DeviceInfo.__slots__} for d in devices.values()],  # type: ignore[attr-defined]
+        schema=_DEVICE_SCHEMA,
+        orient="row",
+    ).drop("gpu_index", "parent_device_id")
+    workload_frame = pl.DataFrame(
+        [{f: getattr(w, f) for f in WorkloadInfo.__slots__} for w in workloads.values()],  # type: ignore[attr-defined]
+        schema=_WORKLOAD_SCHEMA,
+        orient="row",
+    )
+    hour_start = pl.from_epoch(pl.col("hour_index") * 3600, time_unit="s").dt.replace_time_zone("UTC")
+    return (
+        rows.join(device_frame, on="device_id", how="left")
+        .join(workload_frame, on="workload_key", how="left")
+        .with_columns(
+            pl.lit(source).alias("source"),
+            hour_start.alias("hour_start"),
+            (pl.col("hour_index") // 24).alias("day_index"),
+            ((hour_start.dt.year() - 1970) * 12 + hour_start.dt.month() - 1).cast(pl.Int64).alias("month_index"),
+        )
+    )
+
+
+_DEVICE_SCHEMA = {
+    "device_id": pl.String,
+    "environment": pl.String,
+    "provider": pl.String,
+    "account": pl.String,
+    "region": pl.String,
+    "cluster": pl.String,
+    "node": pl.String,
+    "instance_id": pl.String,
+    "instance_type": pl.String,
+    "gpu_model": pl.String,
+    "gpu_index": pl.Int64,
+    "parent_device_id": pl.String,
+    "mig_profile": pl.String,
+    "gpu_fraction": pl.Float64,
+    "tdp_w": pl.Float64,
+}
+_WORKLOAD_SCHEMA = {
+    "workload_key": pl.String,
+    "project": pl.String,
+    "team": pl.String,
+    "user_name": pl.String,
+    "namespace": pl.String,
+    "workload": pl.String,
+}
+
+
+def _begin(engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> int:
+    with Session(engine) as session:
+        state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
+        state.status = ConnectorStatus.RUNNING
+        state.last_run_at = now
+        session.add(state)
+        run = ConnectorRun(connector=name, window_start=start, window_end=end, started_at=now, status="RUNNING")
+        session.add(run)
+        session.commit()
+        assert run.id is not None
+        return run.id
+
+
+def _finish(
+    engine: Engine,
+    name: str,
+    run_id: int,
+    status: ConnectorStatus,
+    totals: dict[str, int],
+    now: dt.datetime,
+    *,
+    watermark: dt.datetime | None = None,
+    error: str | None = None,
+) -> None:
+    with Session(engine) as session:
+        state = session.get(ConnectorState, name)
+        run = session.get(ConnectorRun, run_id)
+        assert state is not None and run is not None
+        state.status = status
+        state.last_error = error
+        if watermark is not None:
+            state.last_success_at = now
+            state.watermark = watermark if state.watermark is None else max(state.watermark, watermark)
+        run.status, run.finished_at, run.error = status, now, error
+        run.read, run.accepted, run.rejected, run.ledger_rows = (
+            totals["read"],
+            totals["accepted"],
+            totals["rejected"],
+            totals["rows"],
+        )
+        session.add_all([state, run])
+        session.commit()
+
+
+def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
+    with Session(engine) as session:
+        return session.execute(select(ConnectorState.watermark).where(ConnectorState.name == name)).scalar()
