@@ -1,0 +1,22 @@
+"""Pricing (DESIGN §4): rate cards, billing-derived rates and the on-prem TCO model applied to
+ledger rows, and the FX table for reports. The domain only: no GraphQL, no HTTP."""
+
+from service.pricing.apply import PriceBook, price_rows
+from service.pricing.common import MissingFxRate, PricingConfigError, PricingError
+from service.pricing.fx import FxRateConfig, FxTable, sync_fx_rates
+from service.pricing.rates import RateCardConfig, sync_rate_cards
+from service.pricing.tco import SiteConfig
+
+__all__ = [
+    "FxRateConfig",
+    "FxTable",
+    "MissingFxRate",
+    "PriceBook",
+    "PricingConfigError",
+    "PricingError",
+    "RateCardConfig",
+    "SiteConfig",
+    "price_rows",
+    "sync_fx_rates",
+    "sync_rate_cards",
+]

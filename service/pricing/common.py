@@ -1,0 +1,37 @@
+"""Errors and config value types shared by the pricing modules."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
+
+from service.timeutil import as_utc
+
+
+class PricingError(Exception):
+    """Pricing could not produce an exact amount; the message says what to fix."""
+
+
+class PricingConfigError(PricingError):
+    """The operator's pricing configuration is inconsistent (fail at start, fix the config)."""
+
+
+class MissingFxRate(PricingError):
+    """No FX rate for a currency pair on a day. Never replaced by a silent 1.0."""
+
+    def __init__(self, base: str, quote: str, day: dt.date) -> None:
+        self.base, self.quote, self.day = base, quote, day
+        super().__init__(f"no FX rate {base}→{quote} for {day.isoformat()}; add it to [[fx_rates]]")
+
+
+def _upper(value: Any) -> Any:
+    return value.strip().upper() if isinstance(value, str) else value
+
+
+Environment = Literal["onprem", "aws", "gcp", "azure"]
+# ISO 4217 code; " usd" is read as "USD".
+Currency = Annotated[str, BeforeValidator(_upper), Field(pattern=r"^[A-Z]{3}$")]
+# Timezone-aware, normalized to UTC; a naive datetime is refused.
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(as_utc)]
