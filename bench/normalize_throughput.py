@@ -1,0 +1,93 @@
+"""Benchmark (a): normalization throughput, samples/s on one core, in-memory batch → ledger rows written.
+
+    POLARS_MAX_THREADS=1 .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5]
+
+Builds one DCGM-like batch (gpu_util, sm_active, power_w, energy_j, mem_used_b, temp_c per device,
+one workload change per device per hour), then times normalize → price → write into a fresh
+SQLite file, the same calls the ingestor makes. Reports wall and process CPU time; with
+POLARS_MAX_THREADS=1 the CPU time is one core's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+
+os.environ.setdefault("POLARS_MAX_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+from sqlmodel import SQLModel  # noqa: E402
+
+from connectors.base import SAMPLE_SCHEMA, DeviceInfo, WorkloadInfo  # noqa: E402
+from service.db import make_engine  # noqa: E402
+from service.ledger import store  # noqa: E402
+from service.ledger.ingest import _with_dimensions  # noqa: E402
+from service.ledger.normalize import Window, normalize  # noqa: E402
+from service.pricing.apply import PriceBook, price_rows  # noqa: E402
+from service.pricing.tco import SiteConfig  # noqa: E402
+
+HOUR_MS = 3_600_000
+METRICS = ["gpu_util", "sm_active", "power_w", "energy_j", "mem_used_b", "temp_c"]
+
+
+def batch(devices: int, hours: int, period_ms: int, seed: int = 7) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    ts = np.arange(0, hours * HOUR_MS, period_ms, dtype=np.int64)
+    per_device = len(ts) * len(METRICS)
+    n = per_device * devices
+    dev = np.repeat(np.arange(devices), per_device)
+    metric = np.tile(np.repeat(np.arange(len(METRICS)), len(ts)), devices)
+    t = np.tile(ts, devices * len(METRICS))
+    value = rng.uniform(0, 100, n)
+    energy = metric == METRICS.index("energy_j")
+    value[energy] = (t[energy] / 1000.0) * 400.0  # a 400 W counter in joules
+    workload = (t // (HOUR_MS // 2)) % 3  # a pod change every half hour
+    return pl.DataFrame(
+        {
+            "device_id": pl.Series(np.char.add("GPU-", dev.astype(str))),
+            "ts_ms": t,
+            "metric": pl.Series(np.asarray(METRICS)[metric]),
+            "value": value,
+            "workload_key": pl.Series(np.char.add("k8s:ns/pod-", workload.astype(str))),
+            "share": np.ones(n),
+        },
+        schema=SAMPLE_SCHEMA,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--devices", type=int, default=100)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--period-s", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    samples = batch(args.devices, args.hours, int(args.period_s * 1000))
+    devices = {f"GPU-{i}": DeviceInfo(f"GPU-{i}", "onprem", region="dc1", gpu_model="H100", tdp_w=700.0) for i in range(args.devices)}
+    workloads = {f"k8s:ns/pod-{i}": WorkloadInfo(f"k8s:ns/pod-{i}", project=f"p{i}") for i in range(3)}
+    site = SiteConfig(name="dc1", match_region="dc1", currency="USD", capex_per_gpu={"H100": "30000"}, price_per_kwh="0.12", pue="1.3")
+    book = PriceBook.from_rates([], [site])
+    window = Window(0, args.hours * HOUR_MS, max_gap_ms=int(2 * args.period_s * 1000), presence_gap_ms=HOUR_MS)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"polars {pl.__version__}, POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}")
+    print(f"batch: {samples.height:,} samples = {args.devices} devices × {args.hours} h × {len(METRICS)} metrics every {args.period_s:g} s")
+    for attempt in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            engine = make_engine(f"sqlite:///{tmp}/bench.db")
+            SQLModel.metadata.create_all(engine)
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            rows = price_rows(_with_dimensions(normalize(samples, window), "bench", devices, workloads), book)
+            with engine.begin() as conn:
+                written = store.replace_hours(conn, "bench", 0, args.hours, sorted(devices), rows)
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            engine.dispose()
+        print(f"run {attempt + 1}: {written:,} ledger rows written; wall {wall:.2f} s ({samples.height / wall / 1e6:.2f} M samples/s), "
+              f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core)")
+
+
+if __name__ == "__main__":
+    main()
