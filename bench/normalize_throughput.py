@@ -1,6 +1,6 @@
 """Benchmark (a): normalization throughput, samples/s on one core, in-memory batch → ledger rows written.
 
-    POLARS_MAX_THREADS=1 .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5]
+    .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5]
 
 Builds one DCGM-like batch (gpu_util, sm_active, power_w, energy_j, mem_used_b, temp_c per device,
 one workload change per device per hour), then times normalize → price → write into a fresh
@@ -67,14 +67,32 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     samples = batch(args.devices, args.hours, int(args.period_s * 1000))
-    devices = {f"GPU-{i}": DeviceInfo(f"GPU-{i}", "onprem", region="dc1", gpu_model="H100", tdp_w=700.0) for i in range(args.devices)}
+    devices = {
+        f"GPU-{i}": DeviceInfo(f"GPU-{i}", "onprem", region="dc1", gpu_model="H100", tdp_w=700.0)
+        for i in range(args.devices)
+    }
     workloads = {f"k8s:ns/pod-{i}": WorkloadInfo(f"k8s:ns/pod-{i}", project=f"p{i}") for i in range(3)}
-    site = SiteConfig(name="dc1", match_region="dc1", currency="USD", capex_per_gpu={"H100": "30000"}, price_per_kwh="0.12", pue="1.3")
+    site = SiteConfig(
+        name="dc1",
+        match_region="dc1",
+        currency="USD",
+        capex_per_gpu={"H100": "30000"},
+        price_per_kwh="0.12",
+        pue="1.3",
+    )
     book = PriceBook.from_rates([], [site])
-    window = Window(0, args.hours * HOUR_MS, max_gap_ms=int(2 * args.period_s * 1000), presence_gap_ms=HOUR_MS)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"polars {pl.__version__}, POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}")
-    print(f"batch: {samples.height:,} samples = {args.devices} devices × {args.hours} h × {len(METRICS)} metrics every {args.period_s:g} s")
+    window = Window(
+        0, args.hours * HOUR_MS, max_gap_ms=int(2 * args.period_s * 1000), presence_gap_ms=HOUR_MS
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, polars {pl.__version__}, "
+        f"POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}"
+    )
+    print(
+        f"batch: {samples.height:,} samples = {args.devices} devices × {args.hours} h × "
+        f"{len(METRICS)} metrics every {args.period_s:g} s"
+    )
     for attempt in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
             engine = make_engine(f"sqlite:///{tmp}/bench.db")
@@ -85,8 +103,11 @@ def main() -> None:
                 written = store.replace_hours(conn, "bench", 0, args.hours, sorted(devices), rows)
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             engine.dispose()
-        print(f"run {attempt + 1}: {written:,} ledger rows written; wall {wall:.2f} s ({samples.height / wall / 1e6:.2f} M samples/s), "
-              f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core)")
+        print(
+            f"run {attempt + 1}: {written:,} ledger rows written; "
+            f"wall {wall:.2f} s ({samples.height / wall / 1e6:.2f} M samples/s), "
+            f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core)"
+        )
 
 
 if __name__ == "__main__":

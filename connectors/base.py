@@ -96,8 +96,12 @@ class ConnectorStatus(StrEnum):
     NEVER_RUN = "NEVER_RUN"  # configured, not run yet: wait for the scheduler or run `gpu-ledger ingest`
     RUNNING = "RUNNING"  # a window is being ingested now
     OK = "OK"  # last run succeeded; the watermark says how far data is in
-    MISSING_DATA = "MISSING_DATA"  # the source answered but had nothing for the window (new exports lag ~48 h)
-    INVALID_CONFIGURATION = "INVALID_CONFIGURATION"  # fix the [[connectors]] entry; it will not run until then
+    MISSING_DATA = (
+        "MISSING_DATA"  # the source answered but had nothing for the window (new exports lag ~48 h)
+    )
+    INVALID_CONFIGURATION = (
+        "INVALID_CONFIGURATION"  # fix the [[connectors]] entry; it will not run until then
+    )
     FAILED_CONNECTION = "FAILED_CONNECTION"  # network/auth/5xx: check reachability and credentials; retried
     PARSE_ERROR = "PARSE_ERROR"  # the source sent data we could not read; see last_error and rejections
     DISABLED = "DISABLED"  # `enabled = false` in the config

@@ -20,7 +20,13 @@ class Metric(StrEnum):
 
 
 UTIL_METRICS: tuple[Metric, ...] = (Metric.GPU_UTIL, Metric.SM_ACTIVE, Metric.TENSOR_ACTIVE, Metric.MEM_BW)
-GAUGE_METRICS: tuple[Metric, ...] = (*UTIL_METRICS, Metric.POWER_W, Metric.MEM_USED_B, Metric.MEM_TOTAL_B, Metric.TEMP_C)
+GAUGE_METRICS: tuple[Metric, ...] = (
+    *UTIL_METRICS,
+    Metric.POWER_W,
+    Metric.MEM_USED_B,
+    Metric.MEM_TOTAL_B,
+    Metric.TEMP_C,
+)
 COUNTER_METRICS: tuple[Metric, ...] = (Metric.ENERGY_J,)
 
 #: Edges (percent) of the utilization histogram kept per ledger row for the default metric.

@@ -29,7 +29,9 @@ class Device(SQLModel, table=True):
 
     __tablename__ = "device"
 
-    device_id: str = Field(primary_key=True, max_length=200, description="GPU-…/MIG-… UUID or <instance>/gpu<i>")
+    device_id: str = Field(
+        primary_key=True, max_length=200, description="GPU-…/MIG-… UUID or <instance>/gpu<i>"
+    )
     source: str = Field(max_length=100, description="connector instance that reported it")
     environment: str = Field(max_length=16, index=True, description="onprem | aws | gcp | azure")
     provider: str | None = Field(default=None, max_length=32)
@@ -41,7 +43,9 @@ class Device(SQLModel, table=True):
     instance_type: str | None = Field(default=None, max_length=100)
     gpu_model: str | None = Field(default=None, max_length=100)
     gpu_index: int | None = None
-    parent_device_id: str | None = Field(default=None, max_length=200, description="parent GPU of a MIG instance")
+    parent_device_id: str | None = Field(
+        default=None, max_length=200, description="parent GPU of a MIG instance"
+    )
     mig_profile: str | None = Field(default=None, max_length=50)
     gpu_fraction: float = Field(default=1.0, description="share of a physical GPU: 1, or MIG slices / 7")
     tdp_w: float | None = Field(default=None, description="board power limit, for estimated energy")
@@ -109,7 +113,9 @@ class LedgerFacts(SQLModel):
     idle_cost: Decimal | None = Field(default=None, **_money(nullable=True))
     energy_cost: Decimal | None = Field(default=None, **_money(nullable=True))
     currency: str | None = Field(default=None, max_length=3)
-    rate_source: str | None = Field(default=None, max_length=200, description="billing:… | rate_card:… | tco:…")
+    rate_source: str | None = Field(
+        default=None, max_length=200, description="billing:… | rate_card:… | tco:…"
+    )
 
 
 class LedgerHour(LedgerFacts, table=True):
@@ -136,7 +142,9 @@ class LedgerDay(LedgerFacts, table=True):
 
     __tablename__ = "ledger_day"
     __table_args__ = (
-        UniqueConstraint("device_id", "day_index", "workload_key", "currency", name="uq_ledger_day_natural_key"),
+        UniqueConstraint(
+            "device_id", "day_index", "workload_key", "currency", name="uq_ledger_day_natural_key"
+        ),
         Index("ix_ledger_day_day_index", "day_index"),
     )
 
@@ -190,7 +198,9 @@ class BillingLine(SQLModel, table=True):
     service: str | None = Field(default=None, max_length=200)
     sku: str | None = Field(default=None, max_length=300)
     instance_type: str | None = Field(default=None, max_length=100)
-    charge_category: str = Field(max_length=40, description="FOCUS ChargeCategory: Usage, Purchase, Credit, …")
+    charge_category: str = Field(
+        max_length=40, description="FOCUS ChargeCategory: Usage, Purchase, Credit, …"
+    )
     charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
     usage_start: dt.datetime = Field(**_utc(index=True))
     usage_end: dt.datetime = Field(**_utc())

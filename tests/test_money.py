@@ -18,15 +18,23 @@ AMOUNTS = [Decimal("0.000000001"), Decimal("4.1"), Decimal("6.88"), Decimal("123
 
 
 def test_allocate_by_weights_is_exact() -> None:
-    assert allocate(Decimal("10"), [1, 1, 1]) == [Decimal("3.333333334"), Decimal("3.333333333"), Decimal("3.333333333")]
+    assert allocate(Decimal("10"), [1, 1, 1]) == [
+        Decimal("3.333333334"),
+        Decimal("3.333333333"),
+        Decimal("3.333333333"),
+    ]
     assert allocate(Decimal("1"), [Decimal("0"), Decimal("0")]) == [Decimal("0.5"), Decimal("0.5")]
     assert allocate(Decimal("0.5"), [3, 1]) == [Decimal("0.375"), Decimal("0.125")]
     assert allocate(Decimal("1"), []) == []
 
 
 @given(
-    total=st.decimals(min_value=-10**6, max_value=10**6, places=9, allow_nan=False, allow_infinity=False),
-    weights=st.lists(st.decimals(min_value=0, max_value=10**6, places=4, allow_nan=False, allow_infinity=False), min_size=1, max_size=20),
+    total=st.decimals(min_value=-(10**6), max_value=10**6, places=9, allow_nan=False, allow_infinity=False),
+    weights=st.lists(
+        st.decimals(min_value=0, max_value=10**6, places=4, allow_nan=False, allow_infinity=False),
+        min_size=1,
+        max_size=20,
+    ),
 )
 def test_allocate_parts_add_up_to_the_nano(total: Decimal, weights: list[Decimal]) -> None:
     parts = allocate(total, weights)
@@ -36,7 +44,13 @@ def test_allocate_parts_add_up_to_the_nano(total: Decimal, weights: list[Decimal
 
 def test_money_and_utc_round_trip_exactly(engine: Engine) -> None:
     meta = MetaData()
-    table = Table("money_probe", meta, Column("id", Integer, primary_key=True), Column("amount", Money()), Column("at", UTCDateTime()))
+    table = Table(
+        "money_probe",
+        meta,
+        Column("id", Integer, primary_key=True),
+        Column("amount", Money()),
+        Column("at", UTCDateTime()),
+    )
     meta.create_all(engine)
     try:
         moment = dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.timezone(dt.timedelta(hours=2)))

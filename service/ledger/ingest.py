@@ -61,7 +61,9 @@ def ingest_window(
     """Ingest hours ``[floor_hour(start), ceil_hour(end))`` of connector ``name`` into the ledger."""
     start, end = floor_hour(start), ceil_hour(end)
     if end <= start:
-        raise ValueError(f"ingest window is empty: end {end.isoformat()} is not after start {start.isoformat()}")
+        raise ValueError(
+            f"ingest window is empty: end {end.isoformat()} is not after start {start.isoformat()}"
+        )
     run_id = _begin(engine, name, type(connector).__name__, start, end, clock())
     totals = {"read": 0, "accepted": 0, "rejected": 0, "rows": 0}
     devices_seen: set[str] = set()
@@ -90,7 +92,15 @@ def ingest_window(
         _finish(engine, name, run_id, error.status, totals, clock(), error=str(error))
         raise
     except Exception as error:
-        _finish(engine, name, run_id, ConnectorStatus.PARSE_ERROR, totals, clock(), error=f"{type(error).__name__}: {error}")
+        _finish(
+            engine,
+            name,
+            run_id,
+            ConnectorStatus.PARSE_ERROR,
+            totals,
+            clock(),
+            error=f"{type(error).__name__}: {error}",
+        )
         raise
     status = ConnectorStatus.OK if totals["accepted"] else ConnectorStatus.MISSING_DATA
     _finish(engine, name, run_id, status, totals, clock(), watermark=end)
@@ -143,7 +153,12 @@ def _ingest_chunk(
                 Rejection.__table__.insert(),
                 [{"run_id": run_id, "connector": name, **r} for r in checked.rejections],
             )
-    counts = {"read": checked.read, "accepted": checked.accepted.height, "rejected": checked.rejected, "rows": written}
+    counts = {
+        "read": checked.read,
+        "accepted": checked.accepted.height,
+        "rejected": checked.rejected,
+        "rows": written,
+    }
     return counts, ids
 
 
@@ -169,7 +184,9 @@ def _with_dimensions(
             pl.lit(source).alias("source"),
             hour_start.alias("hour_start"),
             (pl.col("hour_index") // 24).alias("day_index"),
-            ((hour_start.dt.year() - 1970) * 12 + hour_start.dt.month() - 1).cast(pl.Int64).alias("month_index"),
+            ((hour_start.dt.year() - 1970) * 12 + hour_start.dt.month() - 1)
+            .cast(pl.Int64)
+            .alias("month_index"),
         )
     )
 
@@ -201,13 +218,17 @@ _WORKLOAD_SCHEMA = {
 }
 
 
-def _begin(engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> int:
+def _begin(
+    engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime
+) -> int:
     with Session(engine) as session:
         state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
         state.status = ConnectorStatus.RUNNING
         state.last_run_at = now
         session.add(state)
-        run = ConnectorRun(connector=name, window_start=start, window_end=end, started_at=now, status="RUNNING")
+        run = ConnectorRun(
+            connector=name, window_start=start, window_end=end, started_at=now, status="RUNNING"
+        )
         session.add(run)
         session.commit()
         assert run.id is not None

@@ -25,7 +25,8 @@ class Packing:
         packing = cls(tuple((name, max(1, int(size - 1).bit_length())) for name, size in sizes.items()))
         if packing.bits > 62:
             raise ValueError(
-                f"a batch this large does not fit a 62-bit key ({dict(sizes)}): ingest a shorter window or fewer devices"
+                f"a batch this large does not fit a 62-bit key ({dict(sizes)}): "
+                "ingest a shorter window or fewer devices"
             )
         return packing
 

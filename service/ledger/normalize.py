@@ -128,7 +128,12 @@ def _encode(samples: pl.DataFrame, window: Window) -> _Batch:
         pl.col("device_id").cast(pl.Enum(devices)).to_physical().cast(pl.Int64).alias("dev"),
         pl.col("metric").cast(pl.Enum(_METRICS)).to_physical().cast(pl.Int64).alias("metric"),
         (pl.col("ts_ms") - origin).alias("ts"),
-        pl.col("workload_key").fill_null("").cast(pl.Enum(workloads)).to_physical().cast(pl.Int64).alias("wl"),
+        pl.col("workload_key")
+        .fill_null("")
+        .cast(pl.Enum(workloads))
+        .to_physical()
+        .cast(pl.Int64)
+        .alias("wl"),
         pl.col("value"),
         pl.col("share").fill_null(1.0).clip(0.0, 1.0),
     )
@@ -157,7 +162,9 @@ def _next_distinct(value: pl.Expr, ts: pl.Expr, group: pl.Expr) -> pl.Expr:
     later = same_group & (ts.shift(-1) > ts)
     is_end = ~same_group.fill_null(False)
     candidate = pl.when(later).then(value.shift(-1)).when(is_end).then(pl.lit(None)).otherwise(pl.lit(None))
-    marker = pl.when(later | is_end).then(pl.int_range(pl.len())).otherwise(None).fill_null(strategy="backward")
+    marker = (
+        pl.when(later | is_end).then(pl.int_range(pl.len())).otherwise(None).fill_null(strategy="backward")
+    )
     # marker: index of the first row at or after this one that ends a run of equal ts.
     return candidate.gather(marker)
 
@@ -186,17 +193,23 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     hour_end = (hour + 1) * HOUR_MS
     # Every interval's first piece is computed in place; the few that cross an hour boundary
     # add their further pieces, exploded from a small frame.
-    first = clipped.with_columns(hour.alias("hour"), (pl.min_horizontal("end", hour_end) - pl.col("start")).alias("dur_ms"))
+    first = clipped.with_columns(
+        hour.alias("hour"), (pl.min_horizontal("end", hour_end) - pl.col("start")).alias("dur_ms")
+    )
     rest = (
         clipped.filter(pl.col("end") > hour_end)
         .with_columns(pl.int_ranges(hour + 1, (pl.col("end") - 1) // HOUR_MS + 1).alias("hour"))
         .explode("hour")
         .with_columns(
-            (pl.min_horizontal("end", (pl.col("hour") + 1) * HOUR_MS) - pl.col("hour") * HOUR_MS).alias("dur_ms")
+            (pl.min_horizontal("end", (pl.col("hour") + 1) * HOUR_MS) - pl.col("hour") * HOUR_MS).alias(
+                "dur_ms"
+            )
         )
     )
     pieces = pl.concat([first, rest]) if not rest.is_empty() else first
-    return pieces.with_columns(batch.row_key.pack(dev=pl.col("dev"), hour=pl.col("hour"), wl=pl.col("wl")).alias("rk"))
+    return pieces.with_columns(
+        batch.row_key.pack(dev=pl.col("dev"), hour=pl.col("hour"), wl=pl.col("wl")).alias("rk")
+    )
 
 
 def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
@@ -206,7 +219,11 @@ def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
         batch.frame.select(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"), "share")
         .sort("k")
         .filter((k != k.shift(-1)).fill_null(True))
-        .with_columns(key.unpack(k, "dev").alias("dev"), key.unpack(k, "ts").alias("ts"), key.unpack(k, "wl").alias("wl"))
+        .with_columns(
+            key.unpack(k, "dev").alias("dev"),
+            key.unpack(k, "ts").alias("ts"),
+            key.unpack(k, "wl").alias("wl"),
+        )
     )
     readings = readings.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"))
     readings = _shares(readings, key.prefix(k, "ts"))
@@ -216,7 +233,10 @@ def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
         "wl",
         "share",
         pl.col("ts").alias("start"),
-        pl.when(gap <= window.presence_ms).then(pl.col("next")).otherwise(pl.col("ts") + window.max_gap_ms).alias("end"),
+        pl.when(gap <= window.presence_ms)
+        .then(pl.col("next"))
+        .otherwise(pl.col("ts") + window.max_gap_ms)
+        .alias("end"),
     )
     pieces = _split_hours(intervals, batch)
     return pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
@@ -227,11 +247,15 @@ def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
     k = pl.col("k")
     gauges = (
         batch.frame.filter(pl.col("metric").is_in(_GAUGE_CODES))
-        .with_columns(key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
+        .with_columns(
+            key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+        )
         .sort("k", maintain_order=True)
         .filter((k != k.shift(-1)).fill_null(True))
     )
-    gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next"))
+    gauges = gauges.with_columns(
+        _next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next")
+    )
     gauges = _shares(gauges, key.prefix(k, "ts"))
     cap = pl.col("ts") + window.max_gap_ms
     intervals = gauges.select(
@@ -239,7 +263,10 @@ def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
         "wl",
         "metric",
         "share",
-        pl.when(pl.col("metric").is_in(_UTIL_CODES)).then(pl.col("value").clip(0.0, 100.0)).otherwise("value").alias("value"),
+        pl.when(pl.col("metric").is_in(_UTIL_CODES))
+        .then(pl.col("value").clip(0.0, 100.0))
+        .otherwise("value")
+        .alias("value"),
         pl.col("ts").alias("start"),
         pl.min_horizontal(pl.col("next").fill_null(cap), cap).alias("end"),
     )
@@ -249,7 +276,10 @@ def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
     w, v = pl.col("dur_ms") * pl.col("share"), pl.col("value")
     stats = (
         pieces.with_columns(
-            ((pl.col("rk") * _N_METRICS + pl.col("metric")) * _N_BUCKETS + bucket.clip(upper_bound=_N_BUCKETS - 1)).alias("g")
+            (
+                (pl.col("rk") * _N_METRICS + pl.col("metric")) * _N_BUCKETS
+                + bucket.clip(upper_bound=_N_BUCKETS - 1)
+            ).alias("g")
         )
         .group_by("g")
         .agg(
@@ -303,7 +333,9 @@ def _widen(stats: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
         .join(wide.select("rk", "has_sm"), on="rk")
         .filter(pl.col("metric") == default_code)
         .group_by("rk")
-        .agg([pl.col("w").filter(pl.col("bucket") == i).sum().alias(col) for i, col in enumerate(HIST_COLUMNS)])
+        .agg(
+            [pl.col("w").filter(pl.col("bucket") == i).sum().alias(col) for i, col in enumerate(HIST_COLUMNS)]
+        )
     )
     return wide.join(hist, on="rk", how="left")
 
@@ -323,8 +355,10 @@ def _energy(batch: _Batch, window: Window) -> pl.DataFrame:
     ).filter(pl.col("next").is_not_null() & ((pl.col("next") - pl.col("ts")) <= window.presence_ms))
     counter = _shares(counter, key.prefix(k, "ts"))
     # A drop is a counter reset: the later reading counts from zero.
-    delta = pl.when(pl.col("next_value") >= pl.col("value")).then(pl.col("next_value") - pl.col("value")).otherwise(
-        pl.col("next_value")
+    delta = (
+        pl.when(pl.col("next_value") >= pl.col("value"))
+        .then(pl.col("next_value") - pl.col("value"))
+        .otherwise(pl.col("next_value"))
     )
     spans = counter.select(
         "dev",
@@ -360,7 +394,9 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
         rows = rows.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_sm"))
     key = batch.row_key
     rk = pl.col("rk")
-    zero_filled = [f"{p}_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")] + list(HIST_COLUMNS)
+    zero_filled = [f"{p}_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")] + list(
+        HIST_COLUMNS
+    )
     rows = rows.with_columns(pl.col(c).cast(pl.Float64).fill_null(0.0) for c in [*zero_filled, "present_ms"])
     sm = pl.col("has_sm").fill_null(False)
 
@@ -373,7 +409,10 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
         key.unpack(rk, "dev").alias("dev"),
         (key.unpack(rk, "hour") + origin_hour).alias("hour_index"),
         key.unpack(rk, "wl").alias("wl"),
-        pl.when(sm).then(pl.lit(Metric.SM_ACTIVE.value)).otherwise(pl.lit(Metric.GPU_UTIL.value)).alias("default_metric"),
+        pl.when(sm)
+        .then(pl.lit(Metric.SM_ACTIVE.value))
+        .otherwise(pl.lit(Metric.GPU_UTIL.value))
+        .alias("default_metric"),
         (pl.col("present_ms") / 1000.0).alias("present_s"),
         pick("obs").alias("observed_s"),
         pick("busy").alias("busy_s"),
@@ -384,7 +423,9 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
             for m in UTIL_METRICS
             for p in ("obs", "busy", "idle")
         ],
-        pl.coalesce(pl.col("counter_j"), pl.when(power_ms > 0).then(pl.col("power_wms") / 1000.0)).alias("energy_j"),
+        pl.coalesce(pl.col("counter_j"), pl.when(power_ms > 0).then(pl.col("power_wms") / 1000.0)).alias(
+            "energy_j"
+        ),
         (pl.col("counter_j").is_null() & (power_ms > 0)).alias("energy_estimated"),
         pl.when(power_ms > 0).then(pl.col("power_wms") / power_ms).alias("power_avg_w"),
         pl.col("mem_used_max_b").cast(pl.Float64),
@@ -403,4 +444,6 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
         pl.col("dev").map_batches(lambda c: devices.gather(c), return_dtype=pl.String),
         pl.col("wl").map_batches(lambda c: workloads.gather(c), return_dtype=pl.String),
     )
-    return out.rename({"dev": "device_id", "wl": "workload_key"}).sort("device_id", "hour_index", "workload_key")
+    return out.rename({"dev": "device_id", "wl": "workload_key"}).sort(
+        "device_id", "hour_index", "workload_key"
+    )

@@ -58,12 +58,19 @@ _HOUR_COLUMNS = {c.name for c in LedgerHour.__table__.columns} - {"id"}
 
 
 def replace_hours(
-    conn: Connection, source: str, start_hour: int, end_hour: int, device_ids: Sequence[str], rows: pl.DataFrame
+    conn: Connection,
+    source: str,
+    start_hour: int,
+    end_hour: int,
+    device_ids: Sequence[str],
+    rows: pl.DataFrame,
 ) -> int:
     """Replace ledger hours ``[start_hour, end_hour)`` of ``source`` and of ``device_ids`` by ``rows``."""
     table = LedgerHour.__table__
-    scope = or_(table.c.source == source, table.c.device_id.in_(list(device_ids))) if device_ids else (
-        table.c.source == source
+    scope = (
+        or_(table.c.source == source, table.c.device_id.in_(list(device_ids)))
+        if device_ids
+        else (table.c.source == source)
     )
     conn.execute(delete(table).where(table.c.hour_index >= start_hour, table.c.hour_index < end_hour, scope))
     records = _records(rows)
@@ -100,9 +107,7 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
         (func.max(case((hour.c.energy_estimated, 1), else_=0)) > 0).label("energy_estimated"),
     ]
     query = (
-        select(*columns)
-        .where(hour.c.day_index >= first_day, hour.c.day_index <= last_day)
-        .group_by(*keys)
+        select(*columns).where(hour.c.day_index >= first_day, hour.c.day_index <= last_day).group_by(*keys)
     )
     names = [c.name for c in query.selected_columns]
     conn.execute(insert(day).from_select(names, query))
@@ -129,7 +134,15 @@ def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo],
         old = existing.get(device_id)
         metrics = set(filter(None, (stats["metrics"] or "").split(",")))
         if old is None:
-            conn.execute(insert(table).values(device_id=device_id, first_seen=first, last_seen=last, metrics=",".join(sorted(metrics)), **values))
+            conn.execute(
+                insert(table).values(
+                    device_id=device_id,
+                    first_seen=first,
+                    last_seen=last,
+                    metrics=",".join(sorted(metrics)),
+                    **values,
+                )
+            )
         else:
             metrics |= set(filter(None, old["metrics"].split(",")))
             conn.execute(

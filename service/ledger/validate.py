@@ -39,7 +39,11 @@ def _reasons(known_devices: list[str]) -> list[tuple[str, str, pl.Expr]]:
         ("value", "missing or NaN value", value.is_null() | value.is_nan()),
         ("value", "utilization outside 0–100 %", util & ((value < 0) | (value > 100))),
         ("value", "negative reading", ~util & (value < 0)),
-        ("share", "share outside 0–1", pl.col("share").is_not_null() & ((pl.col("share") < 0) | (pl.col("share") > 1))),
+        (
+            "share",
+            "share outside 0–1",
+            pl.col("share").is_not_null() & ((pl.col("share") < 0) | (pl.col("share") > 1)),
+        ),
     ]
 
 

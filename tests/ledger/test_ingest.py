@@ -37,7 +37,9 @@ def ledger(engine: Engine) -> pl.DataFrame:
     table = LedgerHour.__table__
     columns = [c for c in table.c if c.name != "id"]
     with engine.connect() as conn:
-        rows = conn.execute(select(*columns).order_by(table.c.device_id, table.c.hour_index, table.c.workload_key))
+        rows = conn.execute(
+            select(*columns).order_by(table.c.device_id, table.c.hour_index, table.c.workload_key)
+        )
         return pl.DataFrame([dict(r._mapping) for r in rows], infer_schema_length=None)
 
 
@@ -50,11 +52,17 @@ def test_reingest_is_a_no_op_and_hourly_equals_one_window(engine: Engine) -> Non
     assert ledger(engine).equals(once)
     # Hour by hour, in reverse order even, gives the same ledger.
     for hour in reversed(range(6)):
-        ingest_window(engine, "demo", synthetic(), DAY0 + dt.timedelta(hours=hour), DAY0 + dt.timedelta(hours=hour + 1))
+        ingest_window(
+            engine, "demo", synthetic(), DAY0 + dt.timedelta(hours=hour), DAY0 + dt.timedelta(hours=hour + 1)
+        )
     again = ledger(engine)
-    assert again.select("device_id", "hour_index", "workload_key").equals(once.select("device_id", "hour_index", "workload_key"))
+    assert again.select("device_id", "hour_index", "workload_key").equals(
+        once.select("device_id", "hour_index", "workload_key")
+    )
     for column in ("present_s", "observed_s", "busy_s", "idle_s", "energy_j"):
-        assert again[column].fill_null(0).to_list() == pytest.approx(once[column].fill_null(0).to_list(), abs=1e-6)
+        assert again[column].fill_null(0).to_list() == pytest.approx(
+            once[column].fill_null(0).to_list(), abs=1e-6
+        )
 
 
 def test_rollup_matches_hourly_rows_after_late_rewrite(engine: Engine) -> None:
@@ -62,8 +70,16 @@ def test_rollup_matches_hourly_rows_after_late_rewrite(engine: Engine) -> None:
     with Session(engine) as session:
         sync_rate_cards(
             session,
-            [RateCardConfig(name="h100", environment="aws", gpu_model="NVIDIA H100 80GB HBM3",
-                            rate_per_gpu_hour="6.88", currency="USD", valid_from=DAY0)],
+            [
+                RateCardConfig(
+                    name="h100",
+                    environment="aws",
+                    gpu_model="NVIDIA H100 80GB HBM3",
+                    rate_per_gpu_hour="6.88",
+                    currency="USD",
+                    valid_from=DAY0,
+                )
+            ],
         )
         session.commit()
     # A late re-ingest of one hour (now priced) must show up in the day's rollup.

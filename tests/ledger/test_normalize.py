@@ -20,13 +20,17 @@ def frame(*rows: tuple[str, int, str, float, str, float]) -> pl.DataFrame:
     return pl.DataFrame(list(rows), schema=SAMPLE_SCHEMA, orient="row")
 
 
-def every_minute(device: str, metric: str, start: int, count: int, value: float, workload: str = "", share: float = 1.0):
+def every_minute(
+    device: str, metric: str, start: int, count: int, value: float, workload: str = "", share: float = 1.0
+):
     return [(device, start + i * M, metric, value, workload, share) for i in range(count)]
 
 
 def row(out: pl.DataFrame, hour: int, workload: str = "", device: str = "D") -> dict[str, object]:
     picked = out.filter(
-        (pl.col("device_id") == device) & (pl.col("hour_index") == hour) & (pl.col("workload_key") == workload)
+        (pl.col("device_id") == device)
+        & (pl.col("hour_index") == hour)
+        & (pl.col("workload_key") == workload)
     )
     assert picked.height == 1, picked
     return picked.row(0, named=True)
@@ -60,7 +64,9 @@ def test_gap_is_present_but_unobserved_never_idle() -> None:
 
 def test_silence_longer_than_presence_gap_means_absent() -> None:
     window = Window(start_ms=T10, end_ms=T10 + 2 * H, max_gap_ms=2 * M, presence_gap_ms=10 * M)
-    samples = frame(*every_minute("D", "gpu_util", T10, 10, 50.0), *every_minute("D", "gpu_util", T10 + 30 * M, 30, 0.0))
+    samples = frame(
+        *every_minute("D", "gpu_util", T10, 10, 50.0), *every_minute("D", "gpu_util", T10 + 30 * M, 30, 0.0)
+    )
     r = row(normalize(samples, window), 10)
     # 20-minute silence > 10-minute presence gap: absent from 10:11 to 10:30.
     assert r["present_s"] == 660 + 1800
@@ -81,7 +87,9 @@ def test_energy_counter_delta_split_at_hour_and_reset() -> None:
 
 
 def test_energy_from_power_when_no_counter_is_flagged() -> None:
-    samples = frame(*every_minute("D", "gpu_util", T10, 60, 10.0), *every_minute("D", "power_w", T10, 60, 300.0))
+    samples = frame(
+        *every_minute("D", "gpu_util", T10, 60, 10.0), *every_minute("D", "power_w", T10, 60, 300.0)
+    )
     r = row(normalize(samples, WINDOW), 10)
     assert r["energy_j"] == 300.0 * 3600
     assert r["energy_estimated"] is True
@@ -121,7 +129,9 @@ def test_label_change_mid_hour_changes_attribution_not_the_chain() -> None:
 
 
 def test_sm_active_is_the_default_and_launch_bound_work_is_idle_by_it() -> None:
-    samples = frame(*every_minute("D", "gpu_util", T10, 60, 90.0), *every_minute("D", "sm_active", T10, 60, 1.0))
+    samples = frame(
+        *every_minute("D", "gpu_util", T10, 60, 90.0), *every_minute("D", "sm_active", T10, 60, 1.0)
+    )
     r = row(normalize(samples, WINDOW), 10)
     assert r["default_metric"] == "sm_active"
     assert r["busy_s"] == pytest.approx(36.0)
@@ -147,7 +157,9 @@ def test_memory_and_temperature() -> None:
 
 
 def test_duplicate_readings_count_once() -> None:
-    samples = frame(*every_minute("D", "gpu_util", T10, 60, 50.0), *every_minute("D", "gpu_util", T10, 60, 50.0))
+    samples = frame(
+        *every_minute("D", "gpu_util", T10, 60, 50.0), *every_minute("D", "gpu_util", T10, 60, 50.0)
+    )
     assert row(normalize(samples, WINDOW), 10)["observed_s"] == 3600
 
 
@@ -198,9 +210,16 @@ def test_hour_by_hour_equals_one_long_window(rows, gap) -> None:
     samples = frame(*rows)
     whole = normalize(samples, Window(start_ms=0, end_ms=3 * H, max_gap_ms=gap[0], presence_gap_ms=gap[1]))
     parts = pl.concat(
-        [normalize(samples, Window(start_ms=h * H, end_ms=(h + 1) * H, max_gap_ms=gap[0], presence_gap_ms=gap[1])) for h in range(3)]
+        [
+            normalize(
+                samples, Window(start_ms=h * H, end_ms=(h + 1) * H, max_gap_ms=gap[0], presence_gap_ms=gap[1])
+            )
+            for h in range(3)
+        ]
     ).sort("device_id", "hour_index", "workload_key")
-    assert parts.select("device_id", "hour_index", "workload_key").equals(whole.select("device_id", "hour_index", "workload_key"))
+    assert parts.select("device_id", "hour_index", "workload_key").equals(
+        whole.select("device_id", "hour_index", "workload_key")
+    )
     numeric = [c for c, t in whole.schema.items() if t == pl.Float64]
     for column in numeric:
         a, b = whole[column].fill_null(-1.0).to_list(), parts[column].fill_null(-1.0).to_list()
