@@ -1,0 +1,46 @@
+"""How autogenerate renders and compares GPU Ledger's own column types.
+
+Kept out of ``env.py`` (which only runs under Alembic) so tests can use the same comparison.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel.sql.sqltypes import AutoString
+
+from service.dbtypes import UTCDateTime
+from service.money import Money
+
+
+def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
+    """Render our column types so revisions import only ``sa`` and small stable names."""
+    if type_ != "type":
+        return False
+    if isinstance(obj, Money):
+        autogen_context.imports.add("from service.money import Money")
+        return "Money()"
+    if isinstance(obj, UTCDateTime):
+        autogen_context.imports.add("from service.dbtypes import UTCDateTime")
+        return "UTCDateTime()"
+    if isinstance(obj, AutoString):
+        # AutoString is a plain VARCHAR; sa.String keeps revisions free of sqlmodel internals.
+        return f"sa.String(length={obj.length})" if obj.length else "sa.String()"
+    return False
+
+
+def compare_type(
+    context_: Any, inspected_column: Any, metadata_column: Any, inspected_type: Any, metadata_type: Any
+) -> bool | None:
+    """Compare what our TypeDecorators really store on this dialect (Money is BIGINT on SQLite)."""
+    dialect = context_.dialect
+    if isinstance(metadata_type, Money | UTCDateTime):
+        impl = metadata_type.load_dialect_impl(dialect)
+        return context_.impl.compare_type(inspected_column, _with_type(metadata_column, impl))
+    return None  # default comparison
+
+
+def _with_type(column: Any, type_: Any) -> Any:
+    copy = column._copy()
+    copy.type = type_
+    return copy

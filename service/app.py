@@ -1,0 +1,146 @@
+"""The Starlette application: GraphQL API, health, readiness and Prometheus metrics.
+
+Routes are wired explicitly here; nothing registers itself at import time. ``serve`` passes
+``run_scheduler=True`` so the connectors' scheduler lives and dies with the app (lifespan).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.db import current_revision, head_revision, make_engine
+from service.logging import get_logger
+from service.scheduler import Scheduler
+from service.settings import Settings
+from service.telemetry import CONTENT_TYPE, Telemetry
+
+log = get_logger(__name__)
+
+
+class HttpMetricsMiddleware:
+    """Counts requests and times them per route; unknown paths share the label ``other`` so a
+    scanner can't blow up the metric's cardinality."""
+
+    def __init__(self, app: ASGIApp, telemetry: Telemetry, routes: set[str]):
+        self.app, self.telemetry, self.routes = app, telemetry, routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        method, status, started = scope["method"], 500, time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.telemetry.http_latency.labels(route, method).observe(time.perf_counter() - started)
+            self.telemetry.http_requests.labels(route, method, str(status)).inc()
+
+
+class _AsgiEndpoint:
+    """Marks an ASGI callable as an app for ``Route`` (a plain function would be taken for a
+    request handler)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def _readiness(engine: Engine) -> tuple[bool, str]:
+    try:
+        current = current_revision(engine)
+    except Exception as exc:  # noqa: BLE001  (any failure to reach the DB means "not ready")
+        return False, f"database unreachable: {type(exc).__name__}"
+    head = head_revision()
+    if current != head:
+        return False, f"database at revision {current or 'none'}, expected {head}: run `gpu-ledger migrate`"
+    return True, f"database at revision {head}"
+
+
+def _default_graphql_app(engine: Engine, settings: Settings) -> ASGIApp:
+    from service.api.graphql import build_graphql_app
+
+    return build_graphql_app(engine, settings.api_settings())
+
+
+def create_app(
+    settings: Settings,
+    engine: Engine | None = None,
+    *,
+    run_scheduler: bool = False,
+    scheduler: Scheduler | None = None,
+    graphql_app: ASGIApp | None = None,
+    telemetry: Telemetry | None = None,
+) -> Starlette:
+    """The app on ``engine`` (default: one on ``settings.database_url``, disposed at shutdown).
+
+    ``run_scheduler`` starts a :class:`Scheduler` of ``settings.connectors`` (or ``scheduler``)
+    with the app; ``graphql_app`` and ``telemetry`` replace the defaults (tests).
+    """
+    owns_engine = engine is None
+    engine = engine if engine is not None else make_engine(settings.database_url)
+    telemetry = telemetry or Telemetry(engine)
+    gql = graphql_app if graphql_app is not None else _default_graphql_app(engine, settings)
+    if run_scheduler and scheduler is None:
+        scheduler = Scheduler(
+            engine,
+            settings.connectors,
+            sites=settings.sites,
+            idle_threshold_pct=settings.idle_threshold_pct,
+            telemetry=telemetry,
+        )
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_request: Request) -> Response:
+        ready, reason = await run_in_threadpool(_readiness, engine)
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", "reason": reason}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def metrics(_request: Request) -> Response:
+        # The watermark collector queries the database: keep it off the event loop.
+        return Response(await run_in_threadpool(telemetry.render), media_type=CONTENT_TYPE)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if run_scheduler and scheduler is not None:
+            await scheduler.start()
+        try:
+            yield
+        finally:
+            if run_scheduler and scheduler is not None:
+                await scheduler.stop()
+            if owns_engine:
+                engine.dispose()
+
+    routes = [
+        Route("/graphql", _AsgiEndpoint(gql), methods=["GET", "POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})
+    app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
+    return app

@@ -1,0 +1,250 @@
+"""``gpu-ledger``: serve the API, migrate the database, ingest a window, export the schema.
+
+Mistakes in arguments or configuration print one line on stderr and exit with status 2; a
+failed run prints one line and exits with 1. No tracebacks for either.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from connectors.base import ConnectorError
+from connectors.registry import default_registry
+from service.settings import ConfigError, Settings, load_settings
+from service.timeutil import ceil_hour, floor_hour, parse_utc
+
+USAGE_EXIT = 2
+FAILURE_EXIT = 1
+
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors as one line on stderr (exit 2), not a usage dump."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except typer.Abort:
+            typer.echo("gpu-ledger: aborted", err=True)
+            sys.exit(FAILURE_EXIT)
+        except typer.TyperException as exc:  # typer's (vendored) click usage errors
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            typer.echo(f"gpu-ledger: error: {message}{hint}", err=True)
+            sys.exit(getattr(exc, "exit_code", USAGE_EXIT))
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    help="GPU Ledger: what your GPUs cost and how much work they did.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
+]
+
+
+def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:
+    """Print ``message`` as the one error line; ``raise fail(...)``."""
+    typer.echo(f"gpu-ledger: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _settings(config: Path | None) -> Settings:
+    from service.logging import configure_logging
+
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _utc_arg(option: str, text: str) -> dt.datetime:
+    try:
+        return parse_utc(text)
+    except ValueError as exc:
+        raise fail(f"{option} {text!r}: {exc} (example: 2025-09-01T00:00Z)") from None
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Without connectors: serve a synthetic demo fleet.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Migrate, then serve the GraphQL API and run the connectors on their intervals."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.bootstrap import prepare, sync_config
+    from service.db import make_engine
+
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    try:
+        prepare(engine, settings)
+        if demo and not settings.connectors:
+            from service.demo import with_demo
+
+            settings = with_demo(settings)
+            sync_config(engine, settings)
+            _load_demo(engine, settings)
+        app_ = create_app(settings, engine, run_scheduler=True)
+        # log_config=None: keep our structlog setup instead of uvicorn's own.
+        uvicorn.run(app_, host=host, port=port, log_config=None, lifespan="on")
+    except ConnectorError as exc:
+        raise fail(f"{type(exc).__name__}: {exc}", FAILURE_EXIT) from None
+    finally:
+        engine.dispose()
+
+
+def _load_demo(engine: Any, settings: Settings) -> None:
+    from service.demo import load_demo
+    from service.ledger.ingest import ingest_window
+    from service.progress import ChunkProgress
+
+    with ChunkProgress("demo: loading synthetic fleet") as progress:
+        load_demo(engine, settings, ingest=ingest_window, on_chunk=progress, on_window=progress.set_window)
+
+
+@app.command()
+def migrate(config: ConfigOpt = None) -> None:
+    """Create or upgrade the database schema to the newest revision."""
+    from service.db import current_revision, make_engine
+    from service.db import migrate as run_migrate
+
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    try:
+        run_migrate(engine)
+        typer.echo(f"{settings.database_url_masked}: at revision {current_revision(engine)}")
+    finally:
+        engine.dispose()
+
+
+@app.command()
+def ingest(
+    name: Annotated[str, typer.Argument(help="Configured connector name.")],
+    start: Annotated[str, typer.Option(help="Window start, ISO 8601 UTC (floored to the hour).")],
+    end: Annotated[str, typer.Option(help="Window end, ISO 8601 UTC (ceiled to the hour).")],
+    config: ConfigOpt = None,
+) -> None:
+    """Ingest one connector's window [START, END) into the ledger (idempotent)."""
+    start_utc, end_utc = _utc_arg("--start", start), _utc_arg("--end", end)
+    if end_utc <= start_utc:
+        raise fail(f"--end {end_utc.isoformat()} must be after --start {start_utc.isoformat()}")
+    settings = _settings(config)
+    try:
+        connector_config = settings.connector(name)
+    except KeyError as exc:
+        raise fail(str(exc.args[0])) from None
+    aligned = floor_hour(start_utc), ceil_hour(end_utc)
+    if aligned != (start_utc, end_utc):
+        typer.echo(
+            f"note: window widened to whole hours: {aligned[0].isoformat()} – {aligned[1].isoformat()}",
+            err=True,
+        )
+
+    from service.bootstrap import prepare
+    from service.db import make_engine
+    from service.ledger.ingest import ingest_window
+    from service.progress import ChunkProgress
+
+    engine = make_engine(settings.database_url)
+    try:
+        connector = default_registry().build(connector_config)
+        prepare(engine, settings)
+        with ChunkProgress(f"ingest {name}") as progress:
+            progress.set_window(*aligned)
+            result = ingest_window(
+                engine,
+                name,
+                connector,
+                *aligned,
+                sites=settings.sites,
+                idle_threshold_pct=settings.idle_threshold_pct,
+                on_chunk=progress,
+            )
+    except ConnectorError as exc:
+        raise fail(f"{name}: {type(exc).__name__}: {exc}", FAILURE_EXIT) from None
+    finally:
+        engine.dispose()
+    typer.echo(f"{name}: {_describe(result)}")
+
+
+def _describe(result: Any) -> str:
+    fields = ("status", "samples_read", "samples_accepted", "samples_rejected", "ledger_rows", "devices")
+    parts = [f"{f}={getattr(result, f)}" for f in fields if hasattr(result, f)]
+    return " ".join(parts) or str(result)
+
+
+def schema_sdl() -> str:
+    """The SDL of ``service.api.graphql.schema`` exactly as ``schema.graphql`` holds it."""
+    from strawberry.printer import print_schema
+
+    from service.api.graphql import schema
+
+    return print_schema(schema).rstrip("\n") + "\n"
+
+
+@app.command("export-schema")
+def export_schema(
+    output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+) -> None:
+    """Print the GraphQL schema (SDL); the repository's schema.graphql must equal it."""
+    sdl = schema_sdl()
+    if output is None:
+        typer.echo(sdl, nl=False)
+    else:
+        output.write_text(sdl)
+        typer.echo(f"wrote {output}", err=True)
+
+
+@app.command("connectors")
+def list_connectors(config: ConfigOpt = None) -> None:
+    """List configured connectors with their status and watermark."""
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlmodel import Session, select
+
+    from service.db import make_engine
+    from service.models import ConnectorState
+
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    try:
+        with Session(engine) as session:
+            states = {s.name: s for s in session.exec(select(ConnectorState)).all()}
+    except SQLAlchemyError:
+        states = {}  # not migrated yet: every connector is simply "never run"
+    finally:
+        engine.dispose()
+    table = Table("name", "type", "enabled", "status", "watermark", "last error", box=None)
+    for c in settings.connectors:
+        state = states.get(c.name)
+        status = "DISABLED" if not c.enabled else (state.status if state else "NEVER_RUN")
+        watermark = state.watermark.isoformat() if state and state.watermark else "-"
+        error = (state.last_error or "-").splitlines()[0][:80] if state and state.last_error else "-"
+        table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, error)
+    if not settings.connectors:
+        typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
+        return
+    Console(width=200).print(table)

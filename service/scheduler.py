@@ -1,0 +1,253 @@
+"""Runs every enabled metrics connector on its own interval inside ``serve``.
+
+Each connector has one asyncio task. A run computes its window from the watermark, then calls
+``ingest_window`` in a worker thread (it is synchronous and database-bound). What happens after an
+error follows the error's class (connectors/base.py): ``ConfigurationError`` stops that connector
+until the config is fixed, ``FatalSourceError`` stops it until someone looks, anything else
+(``RetriableError``, network or database trouble) is retried with exponential backoff capped at
+``backoff_cap_s``. The scheduler writes the status of failures; ``ingest_window`` writes success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from sqlalchemy import Engine
+from sqlmodel import select
+
+from connectors.base import (
+    ConfigurationError,
+    ConnectorConfig,
+    ConnectorError,
+    ConnectorStatus,
+    FatalSourceError,
+)
+from connectors.registry import Registry, default_registry
+from service.db import session_scope
+from service.logging import get_logger
+from service.models import ConnectorState
+from service.telemetry import Telemetry, utc_now
+from service.timeutil import as_utc, ceil_hour, floor_hour
+
+log = get_logger(__name__)
+
+BACKOFF_CAP_S = 900.0
+RETRY_BASE_S = 10.0
+IngestFn = Callable[..., Any]
+
+
+def _default_ingest(*args: Any, **kwargs: Any) -> Any:
+    from service.ledger.ingest import ingest_window  # the ledger package imports polars: only when used
+
+    return ingest_window(*args, **kwargs)
+
+
+def catch_up_window(
+    engine: Engine, name: str, connector: Any, now: dt.datetime, backfill_days: float
+) -> tuple[dt.datetime, dt.datetime]:
+    """The window the next run of ``name`` ingests: hour-aligned ``[start, end)``.
+
+    With a watermark, ``start`` reaches back ``presence_gap + 1 h`` before it (late samples and
+    devices whose presence spans the watermark are re-read; re-ingesting is idempotent); without
+    one, ``backfill_days`` before ``now``. ``end`` is ``now`` rounded up to the hour.
+    """
+    with session_scope(engine) as session:
+        state = session.get(ConnectorState, name)
+        watermark = state.watermark if state is not None else None
+    presence_gap = dt.timedelta(
+        seconds=getattr(getattr(connector, "sampling", None), "presence_gap_s", 3600.0)
+    )
+    if watermark is not None:
+        start = floor_hour(as_utc(watermark) - presence_gap - dt.timedelta(hours=1))
+    else:
+        start = floor_hour(as_utc(now) - dt.timedelta(days=backfill_days))
+    return start, ceil_hour(now)
+
+
+def backoff_s(failures: int, base_s: float = RETRY_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure (1, 2, …): doubling, capped."""
+    return min(cap_s, base_s * 2 ** max(0, failures - 1))
+
+
+def sync_connector_states(
+    engine: Engine, configs: Iterable[ConnectorConfig], errors: Mapping[str, str] = {}
+) -> None:
+    """Make sure every configured connector has a ``connector_state`` row the API can list.
+
+    New rows start ``NEVER_RUN`` (``DISABLED`` when ``enabled = false``); ``errors`` (name →
+    message) marks connectors that could not be built ``INVALID_CONFIGURATION``.
+    """
+    with session_scope(engine) as session:
+        existing = {s.name: s for s in session.exec(select(ConnectorState)).all()}
+        for config in configs:
+            state = existing.get(config.name) or ConnectorState(
+                name=config.name, type=config.type, status=ConnectorStatus.NEVER_RUN
+            )
+            state.type = config.type
+            if not config.enabled:
+                state.status = ConnectorStatus.DISABLED
+            elif config.name in errors:
+                state.status, state.last_error = ConnectorStatus.INVALID_CONFIGURATION, errors[config.name]
+            elif state.status in (ConnectorStatus.DISABLED, ConnectorStatus.INVALID_CONFIGURATION):
+                state.status = ConnectorStatus.NEVER_RUN if state.last_run_at is None else ConnectorStatus.OK
+            session.add(state)
+
+
+def _record_failure(engine: Engine, name: str, status: ConnectorStatus, error: str, now: dt.datetime) -> None:
+    with session_scope(engine) as session:
+        state = session.get(ConnectorState, name)
+        if state is None:
+            return
+        state.status, state.last_error, state.last_run_at = status, error[:4000], now
+        session.add(state)
+
+
+class Scheduler:
+    """Ingests every enabled metrics connector of ``configs`` every ``interval_s`` seconds.
+
+    ``connectors`` (name → instance) replaces building them from the registry; ``ingest``
+    replaces ``service.ledger.ingest.ingest_window``; ``clock`` gives "now" — all for tests.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        configs: Iterable[ConnectorConfig],
+        *,
+        sites: Iterable[Any] = (),
+        idle_threshold_pct: float = 5.0,
+        connectors: Mapping[str, Any] | None = None,
+        registry: Registry | None = None,
+        ingest: IngestFn = _default_ingest,
+        clock: Callable[[], dt.datetime] = utc_now,
+        telemetry: Telemetry | None = None,
+        retry_base_s: float = RETRY_BASE_S,
+        backoff_cap_s: float = BACKOFF_CAP_S,
+    ):
+        self.engine, self.configs = engine, list(configs)
+        self.sites, self.idle_threshold_pct = tuple(sites), idle_threshold_pct
+        self._given, self._registry = dict(connectors or {}), registry
+        self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
+        self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
+        self._stop = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.stopped: dict[str, ConnectorStatus] = {}  # connectors that gave up, and why
+
+    def _build(self) -> tuple[dict[str, Any], dict[str, str]]:
+        built, errors = {}, {}
+        for config in self.configs:
+            if not config.enabled:
+                continue
+            try:
+                built[config.name] = self._given.get(config.name) or (
+                    self._registry or default_registry()
+                ).build(config)
+            except ConnectorError as exc:
+                errors[config.name] = f"{type(exc).__name__}: {exc}"
+        return built, errors
+
+    async def start(self) -> None:
+        """Record every connector's state and start one task per enabled metrics connector."""
+        built, errors = self._build()
+        await asyncio.to_thread(sync_connector_states, self.engine, self.configs, errors)
+        for name, message in errors.items():
+            log.error("connector cannot be built", connector=name, error=message)
+        for config in self.configs:
+            connector = built.get(config.name)
+            if connector is None:
+                continue
+            if getattr(connector, "kind", None) != "metrics":
+                log.info("connector not scheduled: not a metrics connector", connector=config.name)
+                continue
+            self._tasks[config.name] = asyncio.create_task(self._loop(config, connector), name=config.name)
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Let running ingests finish (up to ``timeout_s``), then cancel what is left."""
+        self._stop.set()
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until stopped; True when it is time to stop."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _loop(self, config: ConnectorConfig, connector: Any) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            outcome = await self.run_once(config, connector)
+            if outcome == "stop":
+                return
+            failures = failures + 1 if outcome == "retry" else 0
+            delay = (
+                backoff_s(failures, self.retry_base_s, self.backoff_cap_s) if failures else config.interval_s
+            )
+            if await self._sleep(delay):
+                return
+
+    async def run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", "retry", "stop"]:
+        """One ingest of ``config.name``'s catch-up window, and what the loop does next."""
+        name, now = config.name, self.clock()
+        try:
+            start, end = await asyncio.to_thread(
+                catch_up_window, self.engine, name, connector, now, config.backfill_days
+            )
+            result = await asyncio.to_thread(
+                self.ingest,
+                self.engine,
+                name,
+                connector,
+                start,
+                end,
+                sites=self.sites,
+                idle_threshold_pct=self.idle_threshold_pct,
+            )
+        except (ConfigurationError, FatalSourceError) as exc:
+            self.stopped[name] = exc.status
+            await self._failed(name, exc, now, exc.status, "stopped until the operator acts")
+            return "stop"
+        except Exception as exc:  # noqa: BLE001  (retriable, or a bug/DB outage: retry, loudly)
+            status = exc.status if isinstance(exc, ConnectorError) else ConnectorStatus.FAILED_CONNECTION
+            await self._failed(name, exc, now, status, "will retry")
+            return "retry"
+        status = str(getattr(result, "status", ConnectorStatus.OK))
+        rows = getattr(result, "ledger_rows", None)
+        if self.telemetry is not None:
+            self.telemetry.ingest_runs.labels(name, status).inc()
+            if isinstance(rows, int):
+                self.telemetry.ingest_rows.labels(name).inc(rows)
+        log.info(
+            "ingest done", connector=name, start=start.isoformat(), end=end.isoformat(), ledger_rows=rows
+        )
+        return "ok"
+
+    async def _failed(
+        self, name: str, exc: Exception, now: dt.datetime, status: ConnectorStatus, next_step: str
+    ) -> None:
+        log.error(
+            "ingest failed",
+            connector=name,
+            status=str(status),
+            next=next_step,
+            error=str(exc),
+            exc_info=not isinstance(exc, ConnectorError),
+        )
+        if self.telemetry is not None:
+            self.telemetry.ingest_runs.labels(name, str(status)).inc()
+        try:
+            await asyncio.to_thread(
+                _record_failure, self.engine, name, status, f"{type(exc).__name__}: {exc}", now
+            )
+        except Exception:  # noqa: BLE001  (the database may be what failed)
+            log.warning("could not record connector failure", connector=name, exc_info=True)

@@ -1,0 +1,291 @@
+"""Settings: environment (``GPU_LEDGER_*``) over the TOML config file over defaults.
+
+The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
+
+    database_url = "postgresql+psycopg://ledger:secret@db/ledger"   # default sqlite:///gpu-ledger.db
+    max_window_days = 400          # largest query window
+    page_size_max = 500            # Relay page-size cap
+    idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
+    log_level = "INFO"
+    log_format = "console"         # or "json"
+
+    [[connectors]]                 # one table per connector instance
+    name = "dc1"                   # unique; names the ledger source and the watermark
+    type = "prometheus"            # an entry point in gpu_ledger.connectors
+    url = "http://127.0.0.1:9090"  # …and that type's own keys (its config_model)
+
+    [[sites]]        # service.pricing.tco.SiteConfig
+    [[rate_cards]]   # service.pricing.rates.RateCardConfig
+    [[fx_rates]]     # service.pricing.fx.FxRateConfig
+
+Environment variables win over the file for scalars (``GPU_LEDGER_DATABASE_URL``,
+``GPU_LEDGER_LOG_LEVEL``…) and for connector keys: ``GPU_LEDGER_CONNECTORS__<NAME>__<KEY>=value``
+sets ``KEY`` of the connector named ``NAME`` (case-insensitive, ``-`` in names written ``_``;
+values starting with ``[`` or ``{`` are JSON). Unknown keys and types are errors naming the file,
+the table and the key. Secrets (``SecretStr`` connector keys, the database password) are masked
+in repr and logs.
+
+Why not pydantic-settings' TOML source: the file path is chosen at run time, and the array tables
+need per-type validation with messages that point into the file; scalars still come from
+pydantic-settings (env parsing, types, defaults).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+
+from connectors.base import ConnectorConfig
+from connectors.registry import (
+    ConnectorConfigError,
+    Registry,
+    default_registry,
+    validate_config,
+    validation_problems,
+)
+
+ENV_PREFIX = "GPU_LEDGER_"
+CONFIG_ENV = "GPU_LEDGER_CONFIG"
+CONNECTOR_ENV_PREFIX = "GPU_LEDGER_CONNECTORS__"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """The configuration is wrong; the message names the file (or variable), the table and the key."""
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (safe to log)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001  (an unparsable URL is masked wholesale)
+        return "<unparsable database URL>"
+
+
+def _site_model() -> type:
+    from service.pricing.tco import SiteConfig
+
+    return SiteConfig
+
+
+def _rate_card_model() -> type:
+    from service.pricing.rates import RateCardConfig
+
+    return RateCardConfig
+
+
+def _fx_rate_model() -> type:
+    from service.pricing.fx import FxRateConfig
+
+    return FxRateConfig
+
+
+#: Array tables besides ``[[connectors]]`` and the model each entry is validated with (imported
+#: lazily so settings load even while pricing is being worked on).
+TABLE_MODELS: dict[str, Callable[[], type]] = {
+    "sites": _site_model,
+    "rate_cards": _rate_card_model,
+    "fx_rates": _fx_rate_model,
+}
+
+
+def _validate_list(table: str, value: Any) -> list[Any]:
+    model = TABLE_MODELS[table]()
+    return list(TypeAdapter(list[model]).validate_python(value or []))  # type: ignore[valid-type]
+
+
+class Settings(BaseSettings):
+    """Everything configurable. Build it with :func:`load_settings` (env + file)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    database_url: str = Field(default="sqlite:///gpu-ledger.db", repr=False)
+    max_window_days: int = Field(default=400, gt=0)
+    page_size_max: int = Field(default=500, gt=0)
+    idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
+    log_level: str = "INFO"
+    log_format: Literal["console", "json"] = "console"
+    # Array tables: validated per type by load_settings; given here, never read from env as JSON.
+    connectors: list[ConnectorConfig] = Field(default_factory=list)
+    sites: list[Any] = Field(default_factory=list, description="service.pricing.tco.SiteConfig")
+    rate_cards: list[Any] = Field(default_factory=list, description="service.pricing.rates.RateCardConfig")
+    fx_rates: list[Any] = Field(default_factory=list, description="service.pricing.fx.FxRateConfig")
+    config_path: Path | None = Field(default=None, description="the TOML file these came from")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.upper()
+
+    @field_validator("connectors", mode="before")
+    @classmethod
+    def _connectors(cls, value: Any) -> Any:
+        return [c if isinstance(c, ConnectorConfig) else validate_config(c) for c in value or []]
+
+    @field_validator("sites", "rate_cards", "fx_rates", mode="before")
+    @classmethod
+    def _tables(cls, value: Any, info: Any) -> list[Any]:
+        return _validate_list(info.field_name, value)
+
+    def __repr_args__(self) -> Any:
+        yield "database_url", mask_url(self.database_url)
+        yield from super().__repr_args__()
+
+    @property
+    def database_url_masked(self) -> str:
+        return mask_url(self.database_url)
+
+    def connector(self, name: str) -> ConnectorConfig:
+        """The configured connector ``name``; ``KeyError`` lists the configured names."""
+        for config in self.connectors:
+            if config.name == name:
+                return config
+        names = ", ".join(c.name for c in self.connectors) or "none configured"
+        raise KeyError(f'no connector named "{name}"; configured: {names}')
+
+    def api_settings(self) -> Any:
+        """``service.api.context.ApiSettings`` from these settings."""
+        from service.api.context import ApiSettings
+
+        return ApiSettings(
+            max_window_days=self.max_window_days,
+            page_size_max=self.page_size_max,
+            idle_threshold_pct=self.idle_threshold_pct,
+        )
+
+
+SCALARS = (
+    "database_url",
+    "max_window_days",
+    "page_size_max",
+    "idle_threshold_pct",
+    "log_level",
+    "log_format",
+)
+
+
+def load_settings(config_path: str | Path | None = None, *, registry: Registry | None = None) -> Settings:
+    """Settings from the environment over the config file over defaults.
+
+    ``registry`` finds connector types (default: the installed entry points).
+    """
+    env = os.environ
+    path_text = config_path if config_path is not None else env.get(CONFIG_ENV)
+    path = Path(path_text) if path_text else None
+    data = _read_toml(path) if path else {}
+    where = str(path) if path else "settings"
+
+    unknown = sorted(set(data) - set(SCALARS) - {"connectors", *TABLE_MODELS})
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
+
+    env_upper = {k.upper() for k in env}
+    scalars = {k: data[k] for k in SCALARS if k in data and f"{ENV_PREFIX}{k.upper()}" not in env_upper}
+    tables = {name: _table_list(where, data, name) for name in ("connectors", *TABLE_MODELS)}
+    connectors = _apply_connector_env(tables["connectors"], env)
+
+    kwargs: dict[str, Any] = dict(scalars, config_path=path)
+    kwargs["connectors"] = _validate_connectors(where, connectors, registry or default_registry())
+    for name in TABLE_MODELS:
+        kwargs[name] = _validate_tables(where, name, tables[name])
+    try:
+        # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
+        return Settings(**kwargs)
+    except ValidationError as exc:
+        problems = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
+        raise ConfigError(f"{where} (or {ENV_PREFIX}* environment): {problems}") from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _table_list(where: str, data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    value = data.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError(f"{where}: {name!r} must be an array of tables ([[{name}]])")
+    return [dict(t) for t in value]
+
+
+def _label(name: str, index: int, table: Mapping[str, Any]) -> str:
+    ident = f' name="{table["name"]}"' if "name" in table else ""
+    return f"[[{name}]] #{index + 1}{ident}"
+
+
+def _validate_connectors(
+    where: str, tables: list[dict[str, Any]], registry: Registry
+) -> list[ConnectorConfig]:
+    configs: list[ConnectorConfig] = []
+    seen: set[str] = set()
+    for i, table in enumerate(tables):
+        label = f"{where}: {_label('connectors', i, table)}"
+        try:
+            config = registry.validate(table)
+        except ConnectorConfigError as exc:
+            details = "; ".join(f'key "{k}": {m}' for k, m in exc.problems)
+            raise ConfigError(f'{label} (type "{exc.type_name}"): {details}') from None
+        if config.name in seen:
+            raise ConfigError(f'{label}: duplicate connector name "{config.name}"')
+        seen.add(config.name)
+        configs.append(config)
+    return configs
+
+
+def _validate_tables(where: str, name: str, tables: list[dict[str, Any]]) -> list[Any]:
+    if not tables:
+        return []
+    model = TABLE_MODELS[name]()
+    out = []
+    for i, table in enumerate(tables):
+        try:
+            out.append(model.model_validate(table))
+        except ValidationError as exc:
+            details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
+            raise ConfigError(f"{where}: {_label(name, i, table)}: {details}") from None
+    return out
+
+
+def _env_name(name: str) -> str:
+    return name.upper().replace("-", "_").replace(".", "_")
+
+
+def _apply_connector_env(tables: list[dict[str, Any]], env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Apply ``GPU_LEDGER_CONNECTORS__<NAME>__<KEY>`` overrides; an unknown NAME is an error."""
+    by_env_name = {_env_name(str(t.get("name", ""))): t for t in tables}
+    for var, raw in env.items():
+        if not var.upper().startswith(CONNECTOR_ENV_PREFIX):
+            continue
+        rest = var[len(CONNECTOR_ENV_PREFIX) :]
+        name, sep, key = rest.partition("__")
+        if not sep or not key:
+            raise ConfigError(f"{var}: expected {CONNECTOR_ENV_PREFIX}<NAME>__<KEY>")
+        table = by_env_name.get(_env_name(name))
+        if table is None:
+            names = ", ".join(str(t.get("name")) for t in tables) or "none configured"
+            raise ConfigError(f"{var}: no connector named {name!r}; configured: {names}")
+        value: Any = raw
+        if raw.strip().startswith(("[", "{")):
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{var}: value is not valid JSON: {exc}") from None
+        table[key.lower()] = value
+    return tables
