@@ -13,7 +13,8 @@ Rules, where a reading could differ (DESIGN §3.6; docs/ledger-semantics.md says
   and a chunked ingestion would not see it either.
 * Every interval is clipped to the window and cut at UTC hours. A time-sliced reading (several
   workloads at one ``t``) is split by ``share``; the shares at one reading are scaled to add to 1.
-* A repeated (device, metric, ts, workload) reading counts once: the last one wins.
+* A repeated (device, metric, ts, workload) reading counts once: the largest value wins, so the
+  result never depends on the order a source delivers readings in.
 
 The caller passes samples from ``[start − presence_gap, end + presence_gap)`` so that hour-by-hour
 and long ingestions give identical rows. Strings are dictionary-encoded once; after that every
@@ -152,6 +153,29 @@ def _encode(samples: pl.DataFrame, window: Window) -> _Batch:
     )
 
 
+def _sorted_unique(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:
+    """``frame`` sorted by its key ``k``, one row per key.
+
+    A repeated reading counts once; when repeats disagree the largest value (then share) wins, so
+    the answer never depends on the order a source delivered them in.
+    """
+    prefer = prefer or ["value", "share"]
+    frame = frame.sort("k")
+    k = pl.col("k")
+    repeated = ((k == k.shift(1)) | (k == k.shift(-1))).fill_null(False)
+    if not frame.select(repeated.any()).item():
+        return frame
+    tagged = frame.with_columns(repeated.alias("_repeated"))
+    chosen = (
+        tagged.filter(pl.col("_repeated"))
+        .sort(["k", *prefer])
+        .group_by("k", maintain_order=True)
+        .last()
+        .select(tagged.columns)
+    )
+    return pl.concat([tagged.filter(~pl.col("_repeated")), chosen]).drop("_repeated").sort("k")
+
+
 def _next_distinct(value: pl.Expr, ts: pl.Expr, group: pl.Expr) -> pl.Expr:
     """In a frame sorted by (group, ts): ``value`` at the next greater ts of the same group, or null.
 
@@ -215,15 +239,13 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
 def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
     key = batch.reading_key
     k = pl.col("k")
-    readings = (
-        batch.frame.select(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"), "share")
-        .sort("k")
-        .filter((k != k.shift(-1)).fill_null(True))
-        .with_columns(
-            key.unpack(k, "dev").alias("dev"),
-            key.unpack(k, "ts").alias("ts"),
-            key.unpack(k, "wl").alias("wl"),
-        )
+    readings = _sorted_unique(
+        batch.frame.select(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"), "share"),
+        prefer=["share"],
+    ).with_columns(
+        key.unpack(k, "dev").alias("dev"),
+        key.unpack(k, "ts").alias("ts"),
+        key.unpack(k, "wl").alias("wl"),
     )
     readings = readings.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"))
     readings = _shares(readings, key.prefix(k, "ts"))
@@ -245,13 +267,10 @@ def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
 def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
     key = batch.sample_key
     k = pl.col("k")
-    gauges = (
-        batch.frame.filter(pl.col("metric").is_in(_GAUGE_CODES))
-        .with_columns(
+    gauges = _sorted_unique(
+        batch.frame.filter(pl.col("metric").is_in(_GAUGE_CODES)).with_columns(
             key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
         )
-        .sort("k", maintain_order=True)
-        .filter((k != k.shift(-1)).fill_null(True))
     )
     gauges = gauges.with_columns(
         _next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next")
@@ -343,11 +362,10 @@ def _widen(stats: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
 def _energy(batch: _Batch, window: Window) -> pl.DataFrame:
     key = batch.reading_key
     k = pl.col("k")
-    counter = (
-        batch.frame.filter(pl.col("metric") == _ENERGY)
-        .with_columns(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
-        .sort("k", maintain_order=True)
-        .filter((k != k.shift(-1)).fill_null(True))
+    counter = _sorted_unique(
+        batch.frame.filter(pl.col("metric") == _ENERGY).with_columns(
+            key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+        )
     )
     counter = counter.with_columns(
         _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),

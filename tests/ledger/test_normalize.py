@@ -163,6 +163,12 @@ def test_duplicate_readings_count_once() -> None:
     assert row(normalize(samples, WINDOW), 10)["observed_s"] == 3600
 
 
+def test_conflicting_repeats_resolve_the_same_in_any_order() -> None:
+    a = frame(("D", T10, "gpu_util", 10.0, "", 1.0), ("D", T10, "gpu_util", 90.0, "", 1.0))
+    b = frame(("D", T10, "gpu_util", 90.0, "", 1.0), ("D", T10, "gpu_util", 10.0, "", 1.0))
+    assert row(normalize(a, WINDOW), 10)["busy_s"] == row(normalize(b, WINDOW), 10)["busy_s"] == 108.0
+
+
 def test_empty_batch_gives_no_rows() -> None:
     out = normalize(pl.DataFrame(schema=SAMPLE_SCHEMA), WINDOW)
     assert out.is_empty() and "present_s" in out.columns
@@ -224,3 +230,12 @@ def test_hour_by_hour_equals_one_long_window(rows, gap) -> None:
     for column in numeric:
         a, b = whole[column].fill_null(-1.0).to_list(), parts[column].fill_null(-1.0).to_list()
         assert a == pytest.approx(b, abs=1e-6), column
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=readings, gap=gaps, seed=st.integers(min_value=0, max_value=2**16))
+def test_order_of_readings_does_not_matter(rows, gap, seed) -> None:
+    samples = frame(*rows, *rows[: len(rows) // 3])  # some exact repeats too
+    window = Window(start_ms=0, end_ms=3 * H, max_gap_ms=gap[0], presence_gap_ms=gap[1])
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=seed)
+    assert normalize(shuffled, window).equals(normalize(samples, window))
