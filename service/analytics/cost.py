@@ -1,0 +1,196 @@
+"""Cost per period and group, with an idle-cost policy and optional conversion to one currency.
+
+SQL does the aggregation: one GROUP BY (period, [day,] dimensions, currency, allocated-or-not).
+Python then works on those few buckets with ``Decimal``:
+
+1. **FX** (``currency`` given): each (day, source currency) total is converted once, rounded
+   half-even to 1e-9, and split back over that day's buckets with :func:`service.money.allocate`,
+   so any grouping of the same window adds up to the same converted total.
+2. **Idle policy**: the *pool* is the cost of unallocated time (``workload_key = ''``). It is
+   shared within a *scope* = (period, currency, values of the non-workload dimensions grouped by):
+   an on-prem pool never lands on AWS projects when ENVIRONMENT is grouped. ``SEPARATE`` keeps the
+   pool as its own row(s) (workload dimensions null, ``unallocated`` true); ``SHARE_BY_USAGE``
+   splits it over the scope's allocated rows in proportion to their cost, ``SHARE_EVENLY`` in
+   equal parts; both with ``allocate`` so Σ rows equals the ungrouped total exactly (DESIGN §4
+   Conservation). A scope without allocated rows keeps its pool as an unallocated row.
+
+Under the SHARE policies a row's ``idle_cost`` is its own idle cost plus its whole share of the
+pool (unallocated time is idle or unattributed capacity); ``shared_idle_cost`` is that share alone.
+GPU-hours are never redistributed: a row's ``gpu_hours`` is the time its own workloads held GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+
+from sqlalchemy import Connection, case, func
+
+from service.analytics.dims import IdlePolicy
+from service.analytics.fx import NO_CURRENCY, FxTable, check_currency
+from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
+from service.analytics.window import hours, money_sum, one_of
+from service.money import allocate, quantize
+
+ZERO = Decimal("0E-9")
+
+
+@dataclass
+class _Part:
+    key: GroupKey
+    currency: str
+    unallocated: bool
+    day: int | None
+    cost: Decimal
+    idle_cost: Decimal
+    gpu_hours: float
+    unpriced_gpu_hours: float
+    rate_sources: frozenset[str]
+    shared_idle_cost: Decimal = field(default=ZERO)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One bucket of :func:`cost`; amounts in ``currency`` (``XXX``: unpriced time, amount 0)."""
+
+    key: GroupKey
+    currency: str
+    cost: Decimal
+    idle_cost: Decimal
+    shared_idle_cost: Decimal
+    gpu_hours: float
+    unpriced_gpu_hours: float
+    rate_source: str | None
+    unallocated: bool
+
+
+def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool) -> list[_Part]:
+    src = q.source()
+    unalloc = case((src.c.workload_key == "", 1), else_=0)
+    extra = [src.c.currency.label("currency"), unalloc.label("unallocated")]
+    if by_day:
+        extra.append(src.c.day_index.label("day"))
+    measures = [
+        money_sum(src.c.cost).label("cost"),
+        money_sum(src.c.idle_cost).label("idle_cost"),
+        hours(src.c.present_s, src).label("gpu_hours"),
+        hours(case((src.c.cost.is_(None), src.c.present_s), else_=0.0), src).label("unpriced_gpu_hours"),
+        func.min(src.c.rate_source).label("rs_min"),
+        func.max(src.c.rate_source).label("rs_max"),
+    ]
+    parts = []
+    for r in conn.execute(grouped_select(src, q, measures, extra)):
+        parts.append(
+            _Part(
+                key=group_key(q, r),
+                currency=r.currency or NO_CURRENCY,
+                unallocated=bool(r.unallocated),
+                day=r.day if by_day else None,
+                cost=r.cost,
+                idle_cost=r.idle_cost,
+                gpu_hours=float(r.gpu_hours),
+                unpriced_gpu_hours=float(r.unpriced_gpu_hours),
+                rate_sources=frozenset(s for s in (r.rs_min, r.rs_max) if s is not None),
+            )
+        )
+    return parts
+
+
+def _convert_amounts(amounts: list[Decimal], rate: Decimal) -> list[Decimal]:
+    """``amounts`` × ``rate``, each rounded so that they add up to their rounded converted total."""
+    if any(a < 0 for a in amounts):  # allocate() needs non-negative weights: round one by one
+        return [quantize(a * rate) for a in amounts]
+    return allocate(quantize(sum(amounts, ZERO) * rate), amounts)
+
+
+def _convert(parts: list[_Part], fx: FxTable) -> list[_Part]:
+    by_day: dict[tuple[int, str], list[_Part]] = defaultdict(list)
+    for p in parts:
+        by_day[(p.day or 0, p.currency)].append(p)
+    out: list[_Part] = []
+    for (day, currency), group in by_day.items():
+        rate = fx.rate(currency, day)
+        costs = _convert_amounts([p.cost for p in group], rate)
+        idles = _convert_amounts([p.idle_cost for p in group], rate)
+        for p, c, i in zip(group, costs, idles, strict=True):
+            out.append(replace(p, currency=fx.target, cost=c, idle_cost=i))
+    return out
+
+
+def _merge(parts: Iterable[_Part]) -> list[_Part]:
+    """Fold days together; on unallocated rows the workload dimensions are null by definition."""
+    merged: dict[tuple[object, ...], _Part] = {}
+    for p in parts:
+        dims = tuple((d, None if p.unallocated and d.is_workload else v) for d, v in p.key.dims)
+        key = GroupKey(p.key.period_start, dims)
+        k = (key, p.currency, p.unallocated)
+        if k not in merged:
+            merged[k] = replace(p, key=key, day=None)
+            continue
+        m = merged[k]
+        m.cost += p.cost
+        m.idle_cost += p.idle_cost
+        m.gpu_hours += p.gpu_hours
+        m.unpriced_gpu_hours += p.unpriced_gpu_hours
+        m.rate_sources |= p.rate_sources
+    return list(merged.values())
+
+
+def _share_pools(parts: list[_Part], policy: IdlePolicy) -> list[_Part]:
+    scopes: dict[tuple[object, ...], list[_Part]] = defaultdict(list)
+    for p in parts:
+        device_dims = tuple(v for d, v in p.key.dims if not d.is_workload)
+        scopes[(p.key.period_start, p.currency, device_dims)].append(p)
+    out: list[_Part] = []
+    for members in scopes.values():
+        pools = [p for p in members if p.unallocated]
+        takers = [p for p in members if not p.unallocated]
+        if not pools or not takers:
+            out += members
+            continue
+        pool = sum((p.cost for p in pools), ZERO)
+        weights = (
+            [max(p.cost, ZERO) for p in takers] if policy is IdlePolicy.SHARE_BY_USAGE else [1] * len(takers)
+        )
+        for p, share in zip(takers, allocate(pool, weights), strict=True):
+            p.cost += share
+            p.idle_cost += share
+            p.shared_idle_cost += share
+        out += takers
+    return out
+
+
+def _sort_key(p: _Part) -> tuple[object, ...]:
+    dims = tuple((v is not None, v or "") for _, v in p.key.dims)
+    return (p.key.period_start is not None, p.key.period_start or 0, dims, p.currency, p.unallocated)
+
+
+def cost(
+    conn: Connection, q: LedgerQuery, policy: IdlePolicy = IdlePolicy.SEPARATE, currency: str | None = None
+) -> list[CostRow]:
+    """Cost rows per (period, group, currency); see the module docstring for policy and FX rules."""
+    target = check_currency(conn, currency) if currency is not None else None
+    parts = _sql_parts(conn, q, by_day=target is not None)
+    if target is not None:
+        days = [p.day for p in parts if p.day is not None]
+        parts = _convert(parts, FxTable(conn, target, {p.currency for p in parts}, days))
+    parts = _merge(parts)
+    if policy is not IdlePolicy.SEPARATE:
+        parts = _share_pools(parts, policy)
+    parts.sort(key=_sort_key)
+    return [
+        CostRow(
+            key=p.key,
+            currency=p.currency,
+            cost=p.cost,
+            idle_cost=p.idle_cost,
+            shared_idle_cost=p.shared_idle_cost,
+            gpu_hours=p.gpu_hours,
+            unpriced_gpu_hours=p.unpriced_gpu_hours,
+            rate_source=one_of(min(p.rate_sources, default=None), max(p.rate_sources, default=None)),
+            unallocated=p.unallocated,
+        )
+        for p in parts
+    ]

@@ -1,0 +1,87 @@
+"""The vocabulary of ledger queries: dimensions, periods, idle policies, metrics and filters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from service.metrics_catalog import UTIL_METRICS
+
+
+class Dimension(Enum):
+    """A ledger column answers may be grouped and filtered by (value = the column name)."""
+
+    ENVIRONMENT = "environment"
+    PROVIDER = "provider"
+    ACCOUNT = "account"
+    REGION = "region"
+    CLUSTER = "cluster"
+    NODE = "node"
+    DEVICE = "device_id"
+    GPU_MODEL = "gpu_model"
+    INSTANCE_TYPE = "instance_type"
+    PROJECT = "project"
+    TEAM = "team"
+    USER = "user_name"
+    NAMESPACE = "namespace"
+    WORKLOAD = "workload"
+
+    @property
+    def column(self) -> str:
+        return self.value
+
+    @property
+    def is_workload(self) -> bool:
+        """Workload dimensions describe who held the device; they are null on unallocated rows."""
+        return self in WORKLOAD_DIMENSIONS
+
+
+WORKLOAD_DIMENSIONS = frozenset(
+    {Dimension.PROJECT, Dimension.TEAM, Dimension.USER, Dimension.NAMESPACE, Dimension.WORKLOAD}
+)
+
+
+class Granularity(Enum):
+    """Period buckets: UTC hours, days, ISO weeks (Monday), calendar months, or one total."""
+
+    HOUR = "hour"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    TOTAL = "total"
+
+
+class IdlePolicy(Enum):
+    """What happens to the cost of unallocated device time (DESIGN §4 Attribution)."""
+
+    SEPARATE = "separate"
+    SHARE_BY_USAGE = "share_by_usage"
+    SHARE_EVENLY = "share_evenly"
+
+
+UTIL_METRIC_KEYS: tuple[str, ...] = tuple(m.value for m in UTIL_METRICS)
+MIXED_DEFAULT_METRIC = "sm_active_else_gpu_util"
+
+
+def metric_label(metric: str | None, min_default: str | None, max_default: str | None) -> str:
+    """Which metric an answer used: the explicit one, the one default of its rows, or the mix."""
+    if metric is not None:
+        return metric
+    if min_default is not None and min_default == max_default:
+        return min_default
+    return MIXED_DEFAULT_METRIC
+
+
+@dataclass(frozen=True)
+class LedgerFilter:
+    """Rows whose dimension values are among the given ones (no entry or [] = no constraint).
+
+    ``unallocated``: True keeps only time nobody held (workload_key ''), False only allocated time.
+    """
+
+    values: Mapping[Dimension, Sequence[str]] = field(default_factory=dict)
+    unallocated: bool | None = None
+
+
+NO_FILTER = LedgerFilter()

@@ -1,0 +1,61 @@
+"""Cost per GPU-hour and per *effective* GPU-hour: the buy-or-rent comparison (DESIGN §1, §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import Connection, case
+
+from service.analytics.dims import metric_label
+from service.analytics.fx import NO_CURRENCY
+from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
+from service.analytics.usage import usage_measures
+from service.analytics.window import money_sum
+from service.money import quantize
+
+
+def _per(amount: Decimal, hours: float) -> Decimal | None:
+    return quantize(amount / Decimal(repr(hours))) if hours > 0 else None
+
+
+@dataclass(frozen=True)
+class EffectiveCostRow:
+    """One (group, currency). Unpriced time forms its own ``XXX`` row, whose per-hour costs are None."""
+
+    key: GroupKey
+    currency: str
+    gpu_hours: float
+    effective_gpu_hours: float
+    cost: Decimal
+    metric: str
+
+    @property
+    def cost_per_gpu_hour(self) -> Decimal | None:
+        """cost ÷ GPU-hours, rounded half-even to 1e-9; None without GPU-hours or a price."""
+        return None if self.currency == NO_CURRENCY else _per(self.cost, self.gpu_hours)
+
+    @property
+    def cost_per_effective_gpu_hour(self) -> Decimal | None:
+        """cost ÷ effective GPU-hours of the metric, rounded half-even to 1e-9; None when either is 0."""
+        return None if self.currency == NO_CURRENCY else _per(self.cost, self.effective_gpu_hours)
+
+
+def effective_cost(conn: Connection, q: LedgerQuery, metric: str | None = None) -> list[EffectiveCostRow]:
+    """Per (group, currency): GPU-hours, effective GPU-hours, cost (granularity is ignored: TOTAL)."""
+    src = q.source()
+    # Unpriced rows (cost NULL) have no currency: they form their own group, never dilute a price.
+    currency = case((src.c.cost.is_(None), None), else_=src.c.currency).label("currency")
+    measures = [*usage_measures(src, metric), money_sum(src.c.cost).label("cost")]
+    rows = conn.execute(grouped_select(src, q, measures, [currency])).all()
+    return [
+        EffectiveCostRow(
+            key=group_key(q, r),
+            currency=r.currency or NO_CURRENCY,
+            gpu_hours=float(r.gpu_hours),
+            effective_gpu_hours=float(r.effective_gpu_hours),
+            cost=r.cost,
+            metric=metric_label(metric, r.min_default_metric, r.max_default_metric),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,91 @@
+"""Currency conversion of aggregated amounts through the operator's ``fx_rate`` table.
+
+``fx_rate`` row: 1 ``base`` = ``rate`` ``quote`` on ``day``. A pair is found directly or as its
+inverse; a missing rate is an error naming the pair and the day, never a silent 1.0 (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+
+from sqlalchemy import Connection, or_, select
+
+from service.analytics.errors import MissingFxRate, UnknownCurrency
+from service.models import FxRate, LedgerDay
+from service.timeutil import EPOCH
+
+#: ISO 4217 "no currency": the currency of unpriced ledger time (its amount is always 0).
+NO_CURRENCY = "XXX"
+_ISO_4217 = re.compile(r"^[A-Z]{3}$")
+
+
+def day_of(day_index: int) -> dt.date:
+    return (EPOCH + dt.timedelta(days=int(day_index))).date()
+
+
+def check_currency(conn: Connection, code: str) -> str:
+    """``code`` upper-cased if it is ISO-4217-shaped and known to the FX table or the ledger."""
+    normalized = code.strip().upper()
+    if not _ISO_4217.match(normalized):
+        raise UnknownCurrency(f"currency {code!r} is not an ISO 4217 code (three letters, e.g. USD)")
+    fx = FxRate.__table__  # type: ignore[attr-defined]
+    day = LedgerDay.__table__  # type: ignore[attr-defined]
+    known = (
+        conn.execute(
+            select(fx.c.id).where(or_(fx.c.base == normalized, fx.c.quote == normalized)).limit(1)
+        ).first()
+        or conn.execute(select(day.c.id).where(day.c.currency == normalized).limit(1)).first()
+    )
+    if not known:
+        raise UnknownCurrency(f"currency {normalized} appears in no FX rate and no ledger row")
+    return normalized
+
+
+class FxTable:
+    """The rates needed to bring ``sources`` into ``target`` on the given days, loaded in one query."""
+
+    def __init__(
+        self, conn: Connection, target: str, sources: Iterable[str], day_indexes: Iterable[int]
+    ) -> None:
+        self.target = target
+        self._rates: dict[tuple[str, int], Decimal] = {}
+        others = sorted({s for s in sources if s not in (target, NO_CURRENCY)})
+        days = sorted(set(day_indexes))
+        if not others or not days:
+            return
+        fx = FxRate.__table__  # type: ignore[attr-defined]
+        stmt = select(fx.c.base, fx.c.quote, fx.c.day, fx.c.rate).where(
+            fx.c.day >= day_of(days[0]),
+            fx.c.day <= day_of(days[-1]),
+            or_(
+                (fx.c.quote == target) & fx.c.base.in_(others),
+                (fx.c.base == target) & fx.c.quote.in_(others),
+            ),
+        )
+        index_of = {day_of(d): d for d in days}
+        inverse: dict[tuple[str, int], Decimal] = {}
+        for base, quote, day, rate in conn.execute(stmt):
+            d = index_of.get(day)
+            if d is None or not rate:
+                continue
+            if quote == target:
+                self._rates[(base, d)] = Decimal(rate)
+            else:
+                inverse[(quote, d)] = Decimal(1) / Decimal(rate)
+        for k, v in inverse.items():
+            self._rates.setdefault(k, v)
+
+    def rate(self, currency: str, day_index: int) -> Decimal:
+        """1 ``currency`` in the target currency on that day."""
+        if currency in (self.target, NO_CURRENCY):
+            return Decimal(1)
+        try:
+            return self._rates[(currency, day_index)]
+        except KeyError:
+            raise MissingFxRate(
+                f"no FX rate {currency}/{self.target} (or {self.target}/{currency}) "
+                f"for {day_of(day_index).isoformat()}"
+            ) from None

@@ -1,0 +1,162 @@
+"""Idle waste: idle GPU-hours and their cost, allocated vs unallocated, and the longest idle streak.
+
+Idle seconds at ``threshold_pct``:
+
+* default metric at the ledger's own threshold (``ledger_threshold_pct``, 5 % by default): the
+  ``idle_s`` / ``idle_cost`` columns — additive, so the daily rollup can serve;
+* default metric at another histogram edge (1, 5, 10, 25, 50, 75, 100): the sum of the histogram
+  buckets below it; idle cost = Σ cost × idle_s_T ÷ present_s per ledger row, summed, rounded
+  half-even to 1e-9 once. A ratio per row is not additive over a day, so this reads ``ledger_hour``;
+* an explicit metric: ``idle_s_<metric>``, which the ledger keeps only at its own threshold; cost
+  as above (hourly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, case, func, select
+
+from service.analytics.dims import metric_label
+from service.analytics.errors import UnsupportedThreshold
+from service.analytics.fx import NO_CURRENCY
+from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select, key_columns
+from service.analytics.usage import metric_columns
+from service.analytics.window import hours, money_share_sum, money_sum
+from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT, HIST_COLUMNS, HIST_EDGES_PCT
+
+#: An hour counts towards a streak when idle seconds reach observed seconds within this slack.
+STREAK_SLACK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    """One bucket of :func:`idle_waste` in ``currency`` (``XXX``: unpriced time, cost 0)."""
+
+    key: GroupKey
+    currency: str
+    allocated_idle_gpu_hours: float
+    unallocated_idle_gpu_hours: float
+    allocated_idle_cost: Decimal
+    unallocated_idle_cost: Decimal
+    longest_idle_streak_hours: int
+    metric: str
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.allocated_idle_gpu_hours + self.unallocated_idle_gpu_hours
+
+    @property
+    def idle_cost(self) -> Decimal:
+        return self.allocated_idle_cost + self.unallocated_idle_cost
+
+
+def _idle_plan(metric: str | None, threshold_pct: float, ledger_threshold_pct: float) -> int | None:
+    """Validate the threshold: None = use the ledger's idle column, n = sum the first n histogram buckets."""
+    if threshold_pct == ledger_threshold_pct:
+        return None
+    if metric is not None:
+        raise UnsupportedThreshold(
+            f"idle time of an explicit metric ({metric}) is kept only at the ledger's threshold "
+            f"{ledger_threshold_pct:g} %; other thresholds come from the histogram of each device's "
+            "default metric: leave metric null"
+        )
+    edges = HIST_EDGES_PCT[1:]
+    if threshold_pct not in edges:
+        raise UnsupportedThreshold(
+            f"thresholdPct {threshold_pct:g} is not a histogram bucket edge; use one of "
+            + ", ".join(f"{e:g}" for e in edges)
+        )
+    return edges.index(threshold_pct) + 1
+
+
+def _idle_seconds(src: Any, metric: str | None, buckets: int | None) -> ColumnElement[Any]:
+    if buckets is None:
+        return src.c[metric_columns(metric)[2]]
+    expr: ColumnElement[Any] = src.c[HIST_COLUMNS[0]]
+    for col in HIST_COLUMNS[1:buckets]:
+        expr = expr + src.c[col]
+    return expr
+
+
+def _streaks(
+    conn: Connection, q: LedgerQuery, metric: str | None, buckets: int | None
+) -> dict[GroupKey, int]:
+    """Longest run of consecutive hours a device of the group was idle all its observed time.
+
+    Gaps and islands over ``ledger_hour``: for each (group, device) the idle hours minus their
+    ROW_NUMBER are constant along a run; the longest run per group is MAX(COUNT(*)).
+    """
+    src = q.source(rollup=False)
+    idle = _idle_seconds(src, metric, buckets)
+    observed = src.c[metric_columns(metric)[0]]
+    keys = key_columns(src, q)
+    device_hours = (
+        select(*keys, src.c.device_id.label("dev"), src.c.hour_index.label("h"))
+        .group_by(*keys, src.c.device_id, src.c.hour_index)
+        .having(func.sum(observed) > 0, func.sum(idle) >= func.sum(observed) - STREAK_SLACK_S)
+        .subquery("idle_hours")
+    )
+    key_names = [k.name for k in keys]
+    partition = [device_hours.c[n] for n in key_names] + [device_hours.c.dev]
+    island = device_hours.c.h - func.row_number().over(partition_by=partition, order_by=device_hours.c.h)
+    islands = select(*partition, island.label("island")).subquery("islands")
+    runs = (
+        select(*(islands.c[n] for n in key_names), func.count().label("run"))
+        .select_from(islands)
+        .group_by(*(islands.c[n] for n in key_names), islands.c.dev, islands.c.island)
+        .subquery("runs")
+    )
+    run_keys = [runs.c[n] for n in key_names]
+    stmt = select(*run_keys, func.max(runs.c.run).label("longest"))
+    if run_keys:
+        stmt = stmt.group_by(*run_keys)
+    return {group_key(q, r): int(r.longest or 0) for r in conn.execute(stmt)}
+
+
+def idle_waste(
+    conn: Connection,
+    q: LedgerQuery,
+    metric: str | None = None,
+    threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
+    *,
+    ledger_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
+) -> list[IdleRow]:
+    """Idle waste per (period, group, currency)."""
+    buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
+    additive = buckets is None and metric is None  # idle_s / idle_cost columns: the rollup serves
+    src = q.source() if additive else q.source(rollup=False)
+    idle = _idle_seconds(src, metric, buckets)
+    free = src.c.workload_key == ""
+    if additive:
+        alloc_cost = money_sum(case((free, None), else_=src.c.idle_cost))
+        free_cost = money_sum(case((free, src.c.idle_cost), else_=None))
+    else:
+        dialect = conn.dialect.name
+        alloc_cost = money_share_sum(case((free, None), else_=src.c.cost), idle, src.c.present_s, dialect)
+        free_cost = money_share_sum(case((free, src.c.cost), else_=None), idle, src.c.present_s, dialect)
+    measures = [
+        hours(case((free, 0.0), else_=idle), src).label("alloc_h"),
+        hours(case((free, idle), else_=0.0), src).label("free_h"),
+        alloc_cost.label("alloc_cost"),
+        free_cost.label("free_cost"),
+        func.min(src.c.default_metric).label("dm_min"),
+        func.max(src.c.default_metric).label("dm_max"),
+    ]
+    rows = conn.execute(grouped_select(src, q, measures, [src.c.currency.label("currency")])).all()
+    streaks = _streaks(conn, q, metric, buckets)
+    return [
+        IdleRow(
+            key=(key := group_key(q, r)),
+            currency=r.currency or NO_CURRENCY,
+            allocated_idle_gpu_hours=float(r.alloc_h),
+            unallocated_idle_gpu_hours=float(r.free_h),
+            allocated_idle_cost=r.alloc_cost,
+            unallocated_idle_cost=r.free_cost,
+            longest_idle_streak_hours=streaks.get(key, 0),
+            metric=metric_label(metric, r.dm_min, r.dm_max),
+        )
+        for r in rows
+    ]

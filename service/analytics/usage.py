@@ -1,0 +1,84 @@
+"""GPU-hours, effective GPU-hours, utilization, idle and coverage per period and group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func
+
+from service.analytics.dims import metric_label
+from service.analytics.errors import InvalidArgument
+from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
+from service.analytics.window import hours
+from service.metrics_catalog import UTIL_METRICS
+
+J_PER_KWH = 3_600_000.0
+
+
+def metric_columns(metric: str | None) -> tuple[str, str, str]:
+    """(observed, busy, idle) column names for ``metric``; None = each row's default metric."""
+    if metric is None:
+        return "observed_s", "busy_s", "idle_s"
+    if metric not in {m.value for m in UTIL_METRICS}:
+        raise InvalidArgument(f"unknown utilization metric {metric!r}")
+    return f"obs_s_{metric}", f"busy_s_{metric}", f"idle_s_{metric}"
+
+
+def pct(part: float, whole: float) -> float | None:
+    return part / whole * 100.0 if whole > 0 else None
+
+
+def usage_measures(src: Any, metric: str | None) -> list[Any]:
+    """GPU-hour measures (MIG-fraction weighted) shared by usage and effective cost."""
+    obs, busy, idle = metric_columns(metric)
+    return [
+        hours(src.c.present_s, src).label("gpu_hours"),
+        hours(src.c[obs], src).label("observed_gpu_hours"),
+        hours(src.c[busy], src).label("effective_gpu_hours"),
+        hours(src.c[idle], src).label("idle_gpu_hours"),
+        func.min(src.c.default_metric).label("min_default_metric"),
+        func.max(src.c.default_metric).label("max_default_metric"),
+    ]
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One bucket of :func:`usage`. Hours are GPU-hours (a 1g MIG instance-hour = 1/7)."""
+
+    key: GroupKey
+    gpu_hours: float
+    observed_gpu_hours: float
+    effective_gpu_hours: float
+    idle_gpu_hours: float
+    energy_kwh: float | None
+    metric: str
+
+    @property
+    def utilization_pct(self) -> float | None:
+        """Busy ÷ observed time of the metric, × 100 (None when nothing was observed)."""
+        return pct(self.effective_gpu_hours, self.observed_gpu_hours)
+
+    @property
+    def coverage_pct(self) -> float | None:
+        """Observed ÷ present time, × 100 (None when nothing was present)."""
+        return pct(self.observed_gpu_hours, self.gpu_hours)
+
+
+def usage(conn: Connection, q: LedgerQuery, metric: str | None = None) -> list[UsageRow]:
+    """Usage per (period, group): one GROUP BY over the ledger source."""
+    src = q.source()
+    measures = [*usage_measures(src, metric), (func.sum(src.c.energy_j) / J_PER_KWH).label("energy_kwh")]
+    rows = conn.execute(grouped_select(src, q, measures)).all()
+    return [
+        UsageRow(
+            key=group_key(q, r),
+            gpu_hours=float(r.gpu_hours),
+            observed_gpu_hours=float(r.observed_gpu_hours),
+            effective_gpu_hours=float(r.effective_gpu_hours),
+            idle_gpu_hours=float(r.idle_gpu_hours),
+            energy_kwh=None if r.energy_kwh is None else float(r.energy_kwh),
+            metric=metric_label(metric, r.min_default_metric, r.max_default_metric),
+        )
+        for r in rows
+    ]

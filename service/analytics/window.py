@@ -1,0 +1,208 @@
+"""Query windows, period buckets and the ledger source every aggregate reads.
+
+The source is ``ledger_hour`` rows, or — for granularity DAY and coarser — ``ledger_day`` rows for
+the whole UTC days inside the window UNION ALL ``ledger_hour`` rows for the partial-day edges. The
+daily rollup holds the same sums as its hours, so both paths give the same answers for additive
+measures; :func:`ledger_source` takes ``rollup=False`` to force the hourly path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Integer,
+    Numeric,
+    Select,
+    Subquery,
+    Table,
+    cast,
+    func,
+    literal,
+    type_coerce,
+    union_all,
+)
+from sqlalchemy import select as sa_select
+
+from service.analytics.dims import Granularity, LedgerFilter
+from service.analytics.errors import InvalidWindow, WindowNotAligned, WindowTooLarge
+from service.models import LedgerDay, LedgerHour
+from service.money import Money
+from service.timeutil import EPOCH, HOUR_S, floor_hour, hour_index, hour_start, is_hour_aligned, month_start
+
+HOURS_PER_DAY = 24
+#: day_index 0 (1970-01-01) was a Thursday: ISO week = (day_index + 3) // 7, starting on Monday.
+WEEK_OFFSET_DAYS = 3
+
+HOUR_TABLE: Table = LedgerHour.__table__  # type: ignore[attr-defined]
+DAY_TABLE: Table = LedgerDay.__table__  # type: ignore[attr-defined]
+_HOUR_ONLY = {"id", "hour_start", "hour_index", "power_avg_w", "mem_used_avg_b"}
+#: Columns both tables carry (dimensions, measures, day_index, month_index), in table order.
+SHARED_COLUMNS: tuple[str, ...] = tuple(
+    c.name for c in HOUR_TABLE.columns if c.name not in _HOUR_ONLY and c.name in DAY_TABLE.c
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open UTC interval [start, end) of whole hours."""
+
+    start: dt.datetime
+    end: dt.datetime
+
+    @property
+    def start_hour(self) -> int:
+        return hour_index(self.start)
+
+    @property
+    def end_hour(self) -> int:
+        return hour_index(self.end)
+
+    @property
+    def whole_days(self) -> tuple[int, int] | None:
+        """[first, last) day_index of the UTC days entirely inside the window, or None."""
+        first = -(-self.start_hour // HOURS_PER_DAY)
+        last = self.end_hour // HOURS_PER_DAY
+        return (first, last) if first < last else None
+
+
+def check_window(start: dt.datetime, end: dt.datetime, *, max_days: int) -> Window:
+    """A validated window: timezone-aware, end after start, at most ``max_days``, whole hours.
+
+    Unaligned bounds are refused (``WINDOW_NOT_ALIGNED``) rather than silently widened: the
+    ledger's unit is the hour, and an answer for a window the caller did not ask for misleads.
+    """
+    for name, value in (("start", start), ("end", end)):
+        if value.tzinfo is None:
+            raise InvalidWindow(f"window {name} {value.isoformat()} has no timezone; give UTC (…Z)")
+    start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
+    if end <= start:
+        raise InvalidWindow(f"window end {end.isoformat()} must be after start {start.isoformat()}")
+    if end - start > dt.timedelta(days=max_days):
+        raise WindowTooLarge(
+            f"window of {(end - start).days} days is larger than the maximum of {max_days} days"
+        )
+    for name, value in (("start", start), ("end", end)):
+        if not is_hour_aligned(value):
+            floor = floor_hour(value)
+            raise WindowNotAligned(
+                f"window {name} {value.isoformat()} is not a whole UTC hour; "
+                f"use {floor.isoformat()} or {(floor + dt.timedelta(hours=1)).isoformat()}"
+            )
+    return Window(start, end)
+
+
+# --- filters and the source -------------------------------------------------------------------------
+
+
+def filter_conditions(table: Any, flt: LedgerFilter) -> list[ColumnElement[bool]]:
+    """WHERE terms for ``flt`` on a table or subquery with the ledger's column names."""
+    terms: list[ColumnElement[bool]] = []
+    for dim, values in flt.values.items():
+        if values:
+            terms.append(table.c[dim.column].in_(list(values)))
+    if flt.unallocated is True:
+        terms.append(table.c.workload_key == "")
+    elif flt.unallocated is False:
+        terms.append(table.c.workload_key != "")
+    return terms
+
+
+def _hour_select(flt: LedgerFilter, lo: int, hi: int) -> Select[Any]:
+    t = HOUR_TABLE
+    cols = [t.c[name] for name in SHARED_COLUMNS] + [t.c.hour_index]
+    return sa_select(*cols).where(t.c.hour_index >= lo, t.c.hour_index < hi, *filter_conditions(t, flt))
+
+
+def _day_select(flt: LedgerFilter, lo: int, hi: int) -> Select[Any]:
+    t = DAY_TABLE
+    cols = [t.c[name] for name in SHARED_COLUMNS] + [cast(literal(None), Integer).label("hour_index")]
+    return sa_select(*cols).where(t.c.day_index >= lo, t.c.day_index < hi, *filter_conditions(t, flt))
+
+
+def ledger_source(
+    window: Window, granularity: Granularity, flt: LedgerFilter, *, rollup: bool = True
+) -> Subquery:
+    """The ledger rows of ``window`` matching ``flt``, from the daily rollup where it can serve."""
+    days = window.whole_days if rollup and granularity is not Granularity.HOUR else None
+    if days is None:
+        return _hour_select(flt, window.start_hour, window.end_hour).subquery("src")
+    first, last = days
+    parts: list[Select[Any]] = [_day_select(flt, first, last)]
+    if window.start_hour < first * HOURS_PER_DAY:
+        parts.append(_hour_select(flt, window.start_hour, first * HOURS_PER_DAY))
+    if last * HOURS_PER_DAY < window.end_hour:
+        parts.append(_hour_select(flt, last * HOURS_PER_DAY, window.end_hour))
+    return union_all(*parts).subquery("src")
+
+
+# --- periods ------------------------------------------------------------------------------------------
+
+
+def period_key(src: Any, granularity: Granularity) -> ColumnElement[int] | None:
+    """An integer bucket per row (integer division only: portable), None for TOTAL."""
+    if granularity is Granularity.HOUR:
+        return src.c.hour_index
+    if granularity is Granularity.DAY:
+        return src.c.day_index
+    if granularity is Granularity.WEEK:
+        return (src.c.day_index + WEEK_OFFSET_DAYS) // 7
+    if granularity is Granularity.MONTH:
+        return src.c.month_index
+    return None
+
+
+def period_start(granularity: Granularity, key: int | None) -> dt.datetime | None:
+    """The UTC instant a bucket starts (a period may begin before the window it was clipped to)."""
+    if key is None or granularity is Granularity.TOTAL:
+        return None
+    key = int(key)
+    if granularity is Granularity.HOUR:
+        return hour_start(key)
+    if granularity is Granularity.DAY:
+        return EPOCH + dt.timedelta(days=key)
+    if granularity is Granularity.WEEK:
+        return EPOCH + dt.timedelta(days=key * 7 - WEEK_OFFSET_DAYS)
+    return month_start(key)
+
+
+# --- aggregate helpers --------------------------------------------------------------------------------
+
+
+def fsum(expr: ColumnElement[Any]) -> ColumnElement[float]:
+    """SUM of a float expression, 0.0 over no rows."""
+    return func.coalesce(func.sum(cast(expr, Float)), 0.0)
+
+
+def hours(expr: ColumnElement[Any], src: Any) -> ColumnElement[float]:
+    """Σ seconds × gpu_fraction / 3600: GPU-hours weighted by MIG fraction."""
+    return fsum(expr * src.c.gpu_fraction) / float(HOUR_S)
+
+
+def money_sum(expr: ColumnElement[Any]) -> ColumnElement[Any]:
+    """SUM of a money column, exact (integer nanos on SQLite, NUMERIC on PostgreSQL); 0 over none."""
+    return type_coerce(func.coalesce(func.sum(expr), 0), Money)
+
+
+def money_share_sum(cost: Any, part_s: Any, whole_s: Any, dialect: str) -> ColumnElement[Any]:
+    """Σ cost × part_s / whole_s, rounded half-even to 1e-9 once, after summing.
+
+    PostgreSQL computes in NUMERIC (exact but for the division); SQLite in binary floating point over
+    integer nanos (relative error ~1e-16, far below the nano quantum for realistic amounts).
+    """
+    if dialect == "postgresql":
+        share = cost * cast(part_s, Numeric) / func.nullif(cast(whole_s, Numeric), 0)
+    else:
+        share = cost * cast(part_s, Float) / func.nullif(cast(whole_s, Float), 0.0)
+    return type_coerce(func.coalesce(func.sum(share), 0), Money)
+
+
+def one_of(lo: str | None, hi: str | None) -> str | None:
+    """From MIN and MAX of a text column: its single value, "mixed", or None (no values)."""
+    if lo is None:
+        return None
+    return lo if lo == hi else "mixed"

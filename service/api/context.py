@@ -1,0 +1,51 @@
+"""API settings and the per-request context resolvers receive as ``info.context``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from starlette.concurrency import run_in_threadpool
+
+from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Limits of the API.
+
+    ``max_window_days``: longest analytic window (``WINDOW_TOO_LARGE`` above it).
+    ``page_size_max``: largest ``first`` of a connection (``PAGE_SIZE_TOO_LARGE`` above it).
+    ``idle_threshold_pct``: the threshold the ledger's ``idle_s`` columns were built with (ingest's
+    ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
+    """
+
+    max_window_days: int = 400
+    page_size_max: int = 500
+    idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
+
+
+@dataclass
+class ApiContext:
+    """What a resolver needs: the (sync) engine, the settings, and the HTTP request."""
+
+    engine: Engine
+    settings: ApiSettings
+    request: Any = field(default=None, repr=False)
+
+    async def read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` on a connection in Starlette's threadpool.
+
+        The engine is synchronous; resolvers are async so one slow query never blocks the event loop
+        (a sync resolver would run on it under the ASGI view).
+        """
+
+        def run() -> T:
+            with self.engine.connect() as conn:
+                return work(conn)
+
+        return await run_in_threadpool(run)

@@ -1,0 +1,181 @@
+"""Shared GraphQL types: Money, the enums, the window and filter inputs, the bucket interface."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from enum import Enum
+from typing import Annotated
+
+import strawberry
+
+from service.analytics import dims
+from service.analytics.query import GroupKey, LedgerQuery
+from service.analytics.window import check_window
+from service.api.context import ApiSettings
+
+
+@strawberry.type(description="An exact amount of money.")
+class Money:
+    amount: str = strawberry.field(description='Decimal string, 9 decimal places, e.g. "12.500000000".')
+    currency: str = strawberry.field(
+        description="ISO 4217 code; XXX marks unpriced ledger time (its amount is always 0)."
+    )
+
+    @classmethod
+    def of(cls, amount: Decimal, currency: str) -> Money:
+        return cls(amount=format(amount, "f"), currency=currency)
+
+    @classmethod
+    def maybe(cls, amount: Decimal | None, currency: str) -> Money | None:
+        return None if amount is None else cls.of(amount, currency)
+
+
+@strawberry.enum(description="A ledger dimension to group or filter by.")
+class Dimension(Enum):
+    ENVIRONMENT = strawberry.enum_value("ENVIRONMENT", description="onprem, aws, gcp or azure")
+    PROVIDER = strawberry.enum_value("PROVIDER", description="cloud provider or on-prem operator")
+    ACCOUNT = strawberry.enum_value("ACCOUNT", description="cloud account / subscription / project id")
+    REGION = strawberry.enum_value("REGION", description="cloud region or on-prem site")
+    CLUSTER = strawberry.enum_value("CLUSTER", description="cluster name")
+    NODE = strawberry.enum_value("NODE", description="node / host")
+    DEVICE = strawberry.enum_value("DEVICE", description="device id (GPU or MIG instance)")
+    GPU_MODEL = strawberry.enum_value("GPU_MODEL", description="GPU model, e.g. H100")
+    INSTANCE_TYPE = strawberry.enum_value("INSTANCE_TYPE", description="cloud instance type")
+    PROJECT = strawberry.enum_value("PROJECT", description="workload's project")
+    TEAM = strawberry.enum_value("TEAM", description="workload's team")
+    USER = strawberry.enum_value("USER", description="workload's user")
+    NAMESPACE = strawberry.enum_value("NAMESPACE", description="workload's Kubernetes namespace")
+    WORKLOAD = strawberry.enum_value("WORKLOAD", description="pod/container, job or VM")
+
+    def domain(self) -> dims.Dimension:
+        return dims.Dimension[self.value]
+
+
+@strawberry.enum(description="Period buckets, all in UTC.")
+class Granularity(Enum):
+    HOUR = strawberry.enum_value("HOUR", description="UTC hours")
+    DAY = strawberry.enum_value("DAY", description="UTC days")
+    WEEK = strawberry.enum_value("WEEK", description="ISO weeks, starting Monday 00:00 UTC")
+    MONTH = strawberry.enum_value("MONTH", description="calendar months")
+    TOTAL = strawberry.enum_value("TOTAL", description="one bucket for the whole window (periodStart null)")
+
+    def domain(self) -> dims.Granularity:
+        return dims.Granularity[self.value]
+
+
+@strawberry.enum(description="Utilization metric for effective and idle figures (DESIGN §2).")
+class UtilMetric(Enum):
+    GPU_UTIL = strawberry.enum_value("gpu_util", description="nvidia-smi GPU util: any kernel running")
+    SM_ACTIVE = strawberry.enum_value("sm_active", description="SM activity (GPM / DCGM PROF)")
+    TENSOR_ACTIVE = strawberry.enum_value("tensor_active", description="tensor-pipe activity")
+    MEM_BW = strawberry.enum_value("mem_bw", description="DRAM bandwidth utilization")
+
+
+def metric_key(metric: UtilMetric | None) -> str | None:
+    return None if metric is None else metric.value
+
+
+METRIC_DESCRIPTION = (
+    "Metric used: SM_ACTIVE, GPU_UTIL, TENSOR_ACTIVE, MEM_BW, or SM_ACTIVE_ELSE_GPU_UTIL when the "
+    "bucket mixes devices whose default metric differs."
+)
+
+
+@strawberry.input(description="A half-open window [start, end) of whole UTC hours.")
+class TimeWindow:
+    start: dt.datetime = strawberry.field(
+        description="Inclusive start, ISO 8601 with offset (…Z); a whole UTC hour, else WINDOW_NOT_ALIGNED."
+    )
+    end: dt.datetime = strawberry.field(description="Exclusive end, a whole hour after start.")
+
+
+@strawberry.input(description="Keep ledger rows whose values are among the given ones; null or [] = any.")
+class LedgerFilter:
+    environment: list[str] | None = strawberry.field(default=None, description="environments")
+    provider: list[str] | None = strawberry.field(default=None, description="providers")
+    account: list[str] | None = strawberry.field(default=None, description="accounts")
+    region: list[str] | None = strawberry.field(default=None, description="regions / sites")
+    cluster: list[str] | None = strawberry.field(default=None, description="clusters")
+    node: list[str] | None = strawberry.field(default=None, description="nodes")
+    device: list[str] | None = strawberry.field(default=None, description="device ids")
+    gpu_model: list[str] | None = strawberry.field(default=None, description="GPU models")
+    instance_type: list[str] | None = strawberry.field(default=None, description="instance types")
+    project: list[str] | None = strawberry.field(default=None, description="projects")
+    team: list[str] | None = strawberry.field(default=None, description="teams")
+    user: list[str] | None = strawberry.field(default=None, description="users")
+    namespace: list[str] | None = strawberry.field(default=None, description="namespaces")
+    workload: list[str] | None = strawberry.field(default=None, description="workloads")
+    unallocated: bool | None = strawberry.field(
+        default=None, description="true: only time nobody held a device; false: only allocated time"
+    )
+
+    def domain(self) -> dims.LedgerFilter:
+        values = {d: getattr(self, d.name.lower()) for d in dims.Dimension if getattr(self, d.name.lower())}
+        return dims.LedgerFilter(values, self.unallocated)
+
+
+def ledger_query(
+    settings: ApiSettings,
+    window: TimeWindow,
+    granularity: Granularity,
+    group_by: list[Dimension] | tuple[Dimension, ...],
+    flt: LedgerFilter | None,
+) -> LedgerQuery:
+    """A validated analytics query (raises INVALID_WINDOW / WINDOW_TOO_LARGE / WINDOW_NOT_ALIGNED)."""
+    return LedgerQuery(
+        check_window(window.start, window.end, max_days=settings.max_window_days),
+        granularity.domain(),
+        tuple(d.domain() for d in group_by),
+        flt.domain() if flt is not None else dims.NO_FILTER,
+    )
+
+
+WINDOW = "The window [start, end), whole UTC hours, at most max_window_days long."
+GROUP_BY = "Dimensions to group by; [] = one row per period."
+GRANULARITY = "Period buckets."
+FILTER = Annotated[
+    LedgerFilter | None, strawberry.argument(description="Row filter (applied before idle policies).")
+]
+METRIC = Annotated[
+    UtilMetric | None,
+    strawberry.argument(
+        description="Utilization metric; null = each device's default (SM activity, else GPU util)."
+    ),
+]
+
+
+def gql_float(value: float | None) -> float | None:
+    """Rounded to 9 decimals: sums of binary floats should not print as 0.30000000000000004."""
+    return None if value is None else round(value, 9)
+
+
+def _dim(description: str) -> str | None:
+    return strawberry.field(default=None, description=f"{description} (null unless grouped by it)")
+
+
+@strawberry.interface(description="A flat result row: a period and the values of the grouped dimensions.")
+class LedgerBucket:
+    period_start: dt.datetime | None = strawberry.field(
+        default=None,
+        description="Start of the period (UTC); null for TOTAL. A period may begin before the window.",
+    )
+    environment: str | None = _dim("environment")
+    provider: str | None = _dim("provider")
+    account: str | None = _dim("account")
+    region: str | None = _dim("region")
+    cluster: str | None = _dim("cluster")
+    node: str | None = _dim("node")
+    device: str | None = _dim("device id")
+    gpu_model: str | None = _dim("GPU model")
+    instance_type: str | None = _dim("instance type")
+    project: str | None = _dim("project")
+    team: str | None = _dim("team")
+    user: str | None = _dim("user")
+    namespace: str | None = _dim("namespace")
+    workload: str | None = _dim("workload")
+
+
+def bucket_fields(key: GroupKey) -> dict[str, object]:
+    """Keyword arguments of a LedgerBucket for ``key``."""
+    return {"period_start": key.period_start, **{d.name.lower(): v for d, v in key.dims}}
