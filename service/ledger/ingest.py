@@ -103,7 +103,10 @@ def ingest_window(
         )
         raise
     status = ConnectorStatus.OK if totals["accepted"] else ConnectorStatus.MISSING_DATA
-    _finish(engine, name, run_id, status, totals, clock(), watermark=end)
+    # A window reaching into the current hour is complete only up to now; the scheduler re-reads
+    # from the watermark, so the rest of the hour is filled in by the next run.
+    now = clock()
+    _finish(engine, name, run_id, status, totals, now, watermark=min(end, max(start, now)))
     return IngestResult(
         connector=name,
         start=start,
