@@ -13,11 +13,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, case, func, insert, select
+from sqlalchemy import Engine, func, select
 from sqlmodel import Session
 
-from service.metrics_catalog import HIST_COLUMNS
-from service.models import LedgerDay, LedgerHour
+from service.ledger import store
+from service.models import LedgerHour
 from service.timeutil import hour_index, month_index
 
 D0 = dt.datetime(2025, 1, 6, tzinfo=dt.UTC)  # a Monday
@@ -55,37 +55,13 @@ def row(h: int, device: str = "GPU-a", workload: str = "", **kw: Any) -> LedgerH
     return LedgerHour(**values)
 
 
-_SUMMED = [
-    "present_s", "observed_s", "busy_s", "idle_s", *HIST_COLUMNS,
-    *(f"{p}_s_{m}" for m in ("gpu_util", "sm_active", "tensor_active", "mem_bw")
-      for p in ("obs", "busy", "idle")),
-    "energy_j", "cost", "idle_cost", "energy_cost",
-]  # fmt: skip
-_MAXED = ["mem_used_max_b", "mem_total_b", "temp_max_c"]
-
-
 def rebuild_days(engine: Engine) -> None:
-    """ledger_day = ledger_hour summed per (device, day, workload): what ingest maintains."""
-    h = LedgerHour.__table__  # type: ignore[attr-defined]
-    d = LedgerDay.__table__  # type: ignore[attr-defined]
-    keys = ["device_id", "day_index", "workload_key"]
-    dims = [c.name for c in d.columns if c.name not in {*keys, *_SUMMED, *_MAXED, "id", "hours"}]
-    cols = (
-        [h.c[k] for k in keys]
-        + [func.min(h.c[c]).label(c) for c in dims if c != "energy_estimated"]
-        + [
-            case((func.max(case((h.c.energy_estimated, 1), else_=0)) == 1, True), else_=False).label(
-                "energy_estimated"
-            )
-        ]
-        + [func.sum(h.c[c]).label(c) for c in _SUMMED]
-        + [func.max(h.c[c]).label(c) for c in _MAXED]
-        + [func.count().label("hours")]
-    )
-    names = [c.name for c in cols]
+    """ledger_day from ledger_hour, exactly as ingest maintains it."""
     with engine.begin() as conn:
-        conn.execute(d.delete())
-        conn.execute(insert(d).from_select(names, select(*cols).group_by(*(h.c[k] for k in keys))))
+        days = select(func.min(LedgerHour.day_index), func.max(LedgerHour.day_index))
+        first, last = conn.execute(days).one()
+        if first is not None:
+            store.rebuild_days(conn, first, last)
 
 
 @pytest.fixture
