@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import tempfile
 import time
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")
+# The allocator policy the server runs with (service/__init__.py); it must be set before polars loads.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:10000,muzzy_decay_ms:10000")
 
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
@@ -97,16 +100,20 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             engine = make_engine(f"sqlite:///{tmp}/bench.db")
             SQLModel.metadata.create_all(engine)
+            usage0 = resource.getrusage(resource.RUSAGE_SELF)
             wall0, cpu0 = time.perf_counter(), time.process_time()
             rows = price_rows(_with_dimensions(normalize(samples, window), "bench", devices, workloads), book)
             with engine.begin() as conn:
                 written = store.replace_hours(conn, "bench", 0, args.hours, sorted(devices), rows)
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            usage1 = resource.getrusage(resource.RUSAGE_SELF)
+            user, system = usage1.ru_utime - usage0.ru_utime, usage1.ru_stime - usage0.ru_stime
             engine.dispose()
         print(
             f"run {attempt + 1}: {written:,} ledger rows written; "
             f"wall {wall:.2f} s ({samples.height / wall / 1e6:.2f} M samples/s), "
-            f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core)"
+            f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core; "
+            f"user {user:.2f} s, system {system:.2f} s)"
         )
 
 

@@ -239,13 +239,16 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
 def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
     key = batch.reading_key
     k = pl.col("k")
-    readings = _sorted_unique(
-        batch.frame.select(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"), "share"),
-        prefer=["share"],
-    ).with_columns(
-        key.unpack(k, "dev").alias("dev"),
-        key.unpack(k, "ts").alias("ts"),
-        key.unpack(k, "wl").alias("wl"),
+    # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
+    readings = (
+        batch.frame.group_by(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
+        .agg(pl.col("share").max())
+        .sort("k")
+        .with_columns(
+            key.unpack(k, "dev").alias("dev"),
+            key.unpack(k, "ts").alias("ts"),
+            key.unpack(k, "wl").alias("wl"),
+        )
     )
     readings = readings.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"))
     readings = _shares(readings, key.prefix(k, "ts"))
@@ -292,21 +295,20 @@ def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
     pieces = _split_hours(intervals, batch)
     edges = np.asarray(HIST_EDGES_PCT[1:-1], dtype=np.float64)
     bucket = pl.Series(np.searchsorted(edges, pieces["value"].to_numpy(), side="right"), dtype=pl.Int64)
-    w, v = pl.col("dur_ms") * pl.col("share"), pl.col("value")
+    w = pl.col("dur_ms") * pl.col("share")
     stats = (
-        pieces.with_columns(
+        pieces.select(
             (
                 (pl.col("rk") * _N_METRICS + pl.col("metric")) * _N_BUCKETS
                 + bucket.clip(upper_bound=_N_BUCKETS - 1)
-            ).alias("g")
+            ).alias("g"),
+            w.alias("w"),
+            (w * pl.col("value")).alias("wv"),
+            pl.when(pl.col("value") < window.idle_threshold_pct).then(w).otherwise(0.0).alias("w_idle"),
+            pl.col("value").alias("v_max"),
         )
         .group_by("g")
-        .agg(
-            w.sum().alias("w"),
-            (w * v).sum().alias("wv"),
-            w.filter(v < window.idle_threshold_pct).sum().alias("w_idle"),
-            v.max().alias("v_max"),
-        )
+        .agg(pl.col("w", "wv", "w_idle").sum(), pl.col("v_max").max())
         .with_columns(
             (pl.col("g") // (_N_METRICS * _N_BUCKETS)).alias("rk"),
             (pl.col("g") // _N_BUCKETS % _N_METRICS).alias("metric"),
