@@ -10,16 +10,17 @@ from typing import Any
 from sqlmodel.sql.sqltypes import AutoString
 
 from service.dbtypes import UTCDateTime
-from service.money import Money
+from service.money import ExactDecimal
 
 
 def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
     """Render our column types so revisions import only ``sa`` and small stable names."""
     if type_ != "type":
         return False
-    if isinstance(obj, Money):
-        autogen_context.imports.add("from service.money import Money")
-        return "Money()"
+    if isinstance(obj, ExactDecimal):  # Money, Quantity, FxRateType: no-argument subclasses
+        cls = type(obj)
+        autogen_context.imports.add(f"from {cls.__module__} import {cls.__name__}")
+        return f"{cls.__name__}()"
     if isinstance(obj, UTCDateTime):
         autogen_context.imports.add("from service.dbtypes import UTCDateTime")
         return "UTCDateTime()"
@@ -34,7 +35,7 @@ def compare_type(
 ) -> bool | None:
     """Compare what our TypeDecorators really store on this dialect (Money is BIGINT on SQLite)."""
     dialect = context_.dialect
-    if isinstance(metadata_type, Money | UTCDateTime):
+    if isinstance(metadata_type, ExactDecimal | UTCDateTime):
         impl = metadata_type.load_dialect_impl(dialect)
         return context_.impl.compare_type(inspected_column, _with_type(metadata_column, impl))
     return None  # default comparison

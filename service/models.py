@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import Column, Index, Numeric, Text, UniqueConstraint
+from sqlalchemy import Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
-from service.money import Money
+from service.money import FxRateType, Money, Quantity
 
 
 def _money(nullable: bool = False) -> dict:  # type: ignore[type-arg]
@@ -204,10 +204,10 @@ class BillingLine(SQLModel, table=True):
     charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
     usage_start: dt.datetime = Field(**_utc(index=True))
     usage_end: dt.datetime = Field(**_utc())
-    usage_quantity: Decimal | None = Field(default=None, sa_column=Column(Numeric(24, 9), nullable=True))
+    usage_quantity: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
     usage_unit: str | None = Field(default=None, max_length=50)
     gpu_count: int | None = None
-    gpu_hours: Decimal | None = Field(default=None, sa_column=Column(Numeric(24, 9), nullable=True))
+    gpu_hours: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
     billed_cost: Decimal = Field(**_money())
     effective_cost: Decimal = Field(**_money())
     list_cost: Decimal | None = Field(default=None, **_money(nullable=True))
@@ -225,7 +225,7 @@ class FxRate(SQLModel, table=True):
     base: str = Field(max_length=3)
     quote: str = Field(max_length=3)
     day: dt.date
-    rate: Decimal = Field(sa_column=Column(Numeric(24, 12), nullable=False))
+    rate: Decimal = Field(sa_type=FxRateType, nullable=False)
 
 
 class ConnectorState(SQLModel, table=True):

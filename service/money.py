@@ -34,31 +34,69 @@ def from_nanos(nanos: int) -> Decimal:
     return (Decimal(int(nanos)) * NANO).quantize(NANO)
 
 
-class Money(TypeDecorator[Decimal]):
-    """A money amount column: NUMERIC(24, 9) on PostgreSQL, integer nano-units on SQLite."""
+class ExactDecimal(TypeDecorator[Decimal]):
+    """An exact decimal column with ``scale`` decimal places: NUMERIC(24, scale) on PostgreSQL,
+    an integer count of 10^-scale units on SQLite (which would otherwise store a binary float)."""
 
     impl = Numeric(24, 9, asdecimal=True)
     cache_ok = True
 
+    def __init__(self, scale: int = 9) -> None:
+        super().__init__()
+        self.scale = scale
+        self.quantum = Decimal(1).scaleb(-scale)
+
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "sqlite":
             return dialect.type_descriptor(BigInteger())
-        return dialect.type_descriptor(Numeric(24, 9, asdecimal=True))
+        return dialect.type_descriptor(Numeric(24, self.scale, asdecimal=True))
+
+    def _exact(self, value: Any) -> Decimal:
+        if isinstance(value, float):
+            value = repr(value)
+        return Decimal(value).quantize(self.quantum, rounding=ROUND_HALF_EVEN)
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
-        if dialect.name == "sqlite":
-            return to_nanos(Decimal(value) if not isinstance(value, float) else quantize(value))
-        return quantize(value)
+        exact = self._exact(value)
+        return int(exact.scaleb(self.scale)) if dialect.name == "sqlite" else exact
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
         # Aggregates such as SUM(cost * ratio) come back as floats; they are rounded to the quantum.
         if value is None:
             return None
         if dialect.name == "sqlite":
-            return from_nanos(round(value)) if isinstance(value, float) else from_nanos(value)
-        return quantize(value)
+            units = round(value) if isinstance(value, float) else int(value)
+            return (Decimal(units) * self.quantum).quantize(self.quantum)
+        return self._exact(value)
+
+
+class Money(ExactDecimal):
+    """A money amount column: exact to 1e-9 (see ExactDecimal)."""
+
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(scale=9)
+
+
+class Quantity(ExactDecimal):
+    """A usage quantity (hours, GPU-hours), exact to 1e-9 on every database."""
+
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(scale=9)
+
+
+class FxRateType(ExactDecimal):
+    """An exchange rate, exact to 1e-12 on every database."""
+
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(scale=12)
 
 
 def allocate(total: Decimal, weights: Sequence[Decimal | float | int]) -> list[Decimal]:

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-30 11:13:47.242690
+Create Date: 2026-11-30 12:04:07.081137
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from service.dbtypes import UTCDateTime
-from service.money import Money
+from service.money import FxRateType, Money, Quantity
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -41,10 +41,10 @@ def upgrade() -> None:
         sa.Column("charge_type", sa.String(length=60), nullable=True),
         sa.Column("usage_start", UTCDateTime(), nullable=False),
         sa.Column("usage_end", UTCDateTime(), nullable=False),
-        sa.Column("usage_quantity", sa.Numeric(precision=24, scale=9), nullable=True),
+        sa.Column("usage_quantity", Quantity(), nullable=True),
         sa.Column("usage_unit", sa.String(length=50), nullable=True),
         sa.Column("gpu_count", sa.Integer(), nullable=True),
-        sa.Column("gpu_hours", sa.Numeric(precision=24, scale=9), nullable=True),
+        sa.Column("gpu_hours", Quantity(), nullable=True),
         sa.Column("billed_cost", Money(), nullable=False),
         sa.Column("effective_cost", Money(), nullable=False),
         sa.Column("list_cost", Money(), nullable=True),
@@ -119,7 +119,7 @@ def upgrade() -> None:
         sa.Column("base", sa.String(length=3), nullable=False),
         sa.Column("quote", sa.String(length=3), nullable=False),
         sa.Column("day", sa.Date(), nullable=False),
-        sa.Column("rate", sa.Numeric(precision=24, scale=12), nullable=False),
+        sa.Column("rate", FxRateType(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("base", "quote", "day", name="uq_fx_rate_pair_day"),
     )
