@@ -222,14 +222,23 @@ def _pool_cycle(specs: list[DeviceSpec], seed: int, schedules: dict[tuple[str, i
     ecum_j = np.cumsum(block_j, axis=1) - block_j
     metrics = [m for m in METRICS if any(m in s.metrics for s in specs)]
     return _PoolCycle(
-        specs=specs, keys=keys, present=present, occ=occ, extra=extra, share=share,
-        levels={k: v.astype(np.float32) for k, v in levels.items()}, power_w=power_w,
-        ecum_j=ecum_j, e_cycle_j=ecum_j[:, -1] + block_j[:, -1],
+        specs=specs,
+        keys=keys,
+        present=present,
+        occ=occ,
+        extra=extra,
+        share=share,
+        levels={k: v.astype(np.float32) for k, v in levels.items()},
+        power_w=power_w,
+        ecum_j=ecum_j,
+        e_cycle_j=ecum_j[:, -1] + block_j[:, -1],
         device_ids=pl.Series([s.info.device_id for s in specs], dtype=pl.String),
         metrics=pl.Series(metrics, dtype=pl.String),
         has=np.array([[m in s.metrics for s in specs] for m in metrics]),
-        scrape_frac=per_device("scrape_frac"), reset_block=per_device("reset_block", np.int64),
-        mem_total_b=per_device("mem_total_b"), temp_c_per_w=per_device("temp_c_per_w"),
+        scrape_frac=per_device("scrape_frac"),
+        reset_block=per_device("reset_block", np.int64),
+        mem_total_b=per_device("mem_total_b"),
+        temp_c_per_w=per_device("temp_c_per_w"),
     )
 
 
@@ -242,8 +251,12 @@ class SyntheticConnector:
     kind: ClassVar[Literal["metrics"]] = "metrics"
     config_model: ClassVar[type[ConnectorConfig]] = SyntheticConfig
 
-    def __init__(self, config: SyntheticConfig | None = None, *,
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+    def __init__(
+        self,
+        config: SyntheticConfig | None = None,
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
         self.config = config or SyntheticConfig()
         self._clock = clock  # like a real source, nothing is known about the future
         self.sampling = Sampling.every(self.config.period_s)
@@ -318,13 +331,23 @@ class SyntheticConnector:
         if sliced.size:  # time-sliced: the same reading once more, for the second workload
             wl2 = np.take(wl_index[1], day_flat[sliced])
             share2 = np.where(a >= 0.5, 1.0 - big, big)
-            wide.append(self._wide(pool, dev.gather(sliced), ts[sliced], values[:, sliced],
-                                   names.gather(pl.Series(wl2, dtype=pl.Int32)), share2))
+            wide.append(
+                self._wide(
+                    pool,
+                    dev.gather(sliced),
+                    ts[sliced],
+                    values[:, sliced],
+                    names.gather(pl.Series(wl2, dtype=pl.Int32)),
+                    share2,
+                )
+            )
             has = np.concatenate([has, has[:, sliced]], axis=1)
             used[wl2] = True
         samples = pl.concat(wide).unpivot(
-            on=pool.metrics.to_list(), index=["device_id", "ts_ms", "workload_key", "share"],
-            variable_name="metric", value_name="value",
+            on=pool.metrics.to_list(),
+            index=["device_id", "ts_ms", "workload_key", "share"],
+            variable_name="metric",
+            value_name="value",
         )
         if not has.all():
             samples = samples.filter(pl.Series(has.ravel()))
@@ -334,15 +357,26 @@ class SyntheticConnector:
         return SampleBatch(samples, devices, list(workloads.values()))
 
     @staticmethod
-    def _wide(pool: _PoolCycle, dev: pl.Series, ts: np.ndarray, values: np.ndarray, workload_key: pl.Series,
-              share: np.ndarray) -> pl.DataFrame:
-        columns = {"device_id": pool.device_ids.gather(dev), "ts_ms": ts, "workload_key": workload_key,
-                   "share": share}
+    def _wide(
+        pool: _PoolCycle,
+        dev: pl.Series,
+        ts: np.ndarray,
+        values: np.ndarray,
+        workload_key: pl.Series,
+        share: np.ndarray,
+    ) -> pl.DataFrame:
+        columns = {
+            "device_id": pool.device_ids.gather(dev),
+            "ts_ms": ts,
+            "workload_key": workload_key,
+            "share": share,
+        }
         columns.update(zip(pool.metrics.to_list(), values, strict=True))
         return pl.DataFrame(columns)
 
-    def _values(self, pool: _PoolCycle, d: np.ndarray, flat: np.ndarray, slot: np.ndarray, ts: np.ndarray,
-                cycle: int) -> np.ndarray:
+    def _values(
+        self, pool: _PoolCycle, d: np.ndarray, flat: np.ndarray, slot: np.ndarray, ts: np.ndarray, cycle: int
+    ) -> np.ndarray:
         """Readings (pool metrics × samples): block levels plus noise; energy from the closed-form counter."""
         keys = pool.keys[d]
 
@@ -381,8 +415,9 @@ class SyntheticConnector:
                 out[row] = np.round(30.0 + pool.temp_c_per_w[d] * sample_power_w + noise(16))
         return out
 
-    def _workloads(self, pool: _PoolCycle, rows: range, day_first: int, cycle: int
-                   ) -> tuple[list[WorkloadInfo | None], np.ndarray]:
+    def _workloads(
+        self, pool: _PoolCycle, rows: range, day_first: int, cycle: int
+    ) -> tuple[list[WorkloadInfo | None], np.ndarray]:
         """The workloads of one day's blocks (None: unallocated) and, shaped (main | extra, device,
         block of the day), each block's index into that list."""
         day = slice(day_first, day_first + BLOCKS_PER_DAY)

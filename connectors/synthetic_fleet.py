@@ -38,7 +38,9 @@ A10G = Gpu("NVIDIA A10G", 23_028 * MIB, 20.0, 10.0, 150.0, 0.30)
 
 #: MIG profile → (compute slices out of 7, memory MiB) on an H100 80GB.
 MIG_PROFILES: dict[str, tuple[int, int]] = {
-    "3g.40gb": (3, 40_448), "2g.20gb": (2, 20_096), "1g.10gb": (1, 9_856),
+    "3g.40gb": (3, 40_448),
+    "2g.20gb": (2, 20_096),
+    "1g.10gb": (1, 9_856),
 }
 
 ONPREM = tuple(m.value for m in Metric)  # DCGM exporter: everything
@@ -66,20 +68,83 @@ class Pool:
 
 AZURE_SUB = "8f3c2a71-5d4e-4b0a-9c61-2e7d4f1a9b35"
 POOLS: tuple[Pool, ...] = (
-    Pool("dc1-h100", "onprem", None, None, "dc1", "k8s-dc1", "DGX H100", H100, 8, 4,
-         "dgx-h100-{n:03d}", ONPREM),
-    Pool("dc1-h200", "onprem", None, None, "dc1", "k8s-dc1", "DGX H200", H200, 8, 2,
-         "dgx-h200-{n:03d}", ONPREM),
-    Pool("aws-p5-dcgm", "aws", "aws", "418295710364", "us-east-1", None, "p5.48xlarge", H100, 8, 1,
-         "p5-llm-{n:02d}", CLOUD_DCGM),
-    Pool("aws-p5", "aws", "aws", "418295710364", "us-east-1", None, "p5.48xlarge", H100, 8, 1,
-         "p5-ranker-{n:02d}", CLOUD),
-    Pool("aws-g5", "aws", "aws", "736102948551", "us-west-2", None, "g5.12xlarge", A10G, 4, 2,
-         "g5-serve-{n:02d}", CLOUD),
-    Pool("gcp-a3", "gcp", "gcp", "acme-ml-research", "us-central1", None, "a3-highgpu-8g", H100, 8, 1,
-         "a3-vision-{n:02d}", CLOUD),
-    Pool("azure-nd", "azure", "azure", AZURE_SUB, "eastus", None, "Standard_ND96isr_H100_v5", H100, 8, 1,
-         "ndh100-chat-{n:02d}", CLOUD, resource_group="rg-ml-prod"),
+    Pool(
+        "dc1-h100", "onprem", None, None, "dc1", "k8s-dc1", "DGX H100", H100, 8, 4, "dgx-h100-{n:03d}", ONPREM
+    ),
+    Pool(
+        "dc1-h200", "onprem", None, None, "dc1", "k8s-dc1", "DGX H200", H200, 8, 2, "dgx-h200-{n:03d}", ONPREM
+    ),
+    Pool(
+        "aws-p5-dcgm",
+        "aws",
+        "aws",
+        "418295710364",
+        "us-east-1",
+        None,
+        "p5.48xlarge",
+        H100,
+        8,
+        1,
+        "p5-llm-{n:02d}",
+        CLOUD_DCGM,
+    ),
+    Pool(
+        "aws-p5",
+        "aws",
+        "aws",
+        "418295710364",
+        "us-east-1",
+        None,
+        "p5.48xlarge",
+        H100,
+        8,
+        1,
+        "p5-ranker-{n:02d}",
+        CLOUD,
+    ),
+    Pool(
+        "aws-g5",
+        "aws",
+        "aws",
+        "736102948551",
+        "us-west-2",
+        None,
+        "g5.12xlarge",
+        A10G,
+        4,
+        2,
+        "g5-serve-{n:02d}",
+        CLOUD,
+    ),
+    Pool(
+        "gcp-a3",
+        "gcp",
+        "gcp",
+        "acme-ml-research",
+        "us-central1",
+        None,
+        "a3-highgpu-8g",
+        H100,
+        8,
+        1,
+        "a3-vision-{n:02d}",
+        CLOUD,
+    ),
+    Pool(
+        "azure-nd",
+        "azure",
+        "azure",
+        AZURE_SUB,
+        "eastus",
+        None,
+        "Standard_ND96isr_H100_v5",
+        H100,
+        8,
+        1,
+        "ndh100-chat-{n:02d}",
+        CLOUD,
+        resource_group="rg-ml-prod",
+    ),
 )
 
 
@@ -130,35 +195,145 @@ class Placement:
 
 ALL8 = tuple(range(8))
 PLACEMENTS: tuple[Placement, ...] = (
-    Placement("dc1-h100", (1, 2), ALL8, "train", "llama-70b-pretrain", "llm-pretrain", "research", "mchen",
-              "llm-pretrain"),
-    Placement("dc1-h100", (3,), (0, 1, 2, 3), "infer", "chat-api", "chat-serving", "product", "svc-chat",
-              "chat-serving", DEPLOY),
-    Placement("dc1-h100", (3,), (4,), "notebook", "jupyter-akumar", "notebooks", "research", "akumar",
-              "jupyter", NOTEBOOK),
-    Placement("dc1-h100", (3,), (5,), "notebook", "jupyter-jsmith", "notebooks", "ads", "jsmith", "jupyter",
-              NOTEBOOK),
+    Placement(
+        "dc1-h100",
+        (1, 2),
+        ALL8,
+        "train",
+        "llama-70b-pretrain",
+        "llm-pretrain",
+        "research",
+        "mchen",
+        "llm-pretrain",
+    ),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (0, 1, 2, 3),
+        "infer",
+        "chat-api",
+        "chat-serving",
+        "product",
+        "svc-chat",
+        "chat-serving",
+        DEPLOY,
+    ),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (4,),
+        "notebook",
+        "jupyter-akumar",
+        "notebooks",
+        "research",
+        "akumar",
+        "jupyter",
+        NOTEBOOK,
+    ),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (5,),
+        "notebook",
+        "jupyter-jsmith",
+        "notebooks",
+        "ads",
+        "jsmith",
+        "jupyter",
+        NOTEBOOK,
+    ),
     # One GPU time-sliced by two services of different teams.
-    Placement("dc1-h100", (3,), (6,), "infer", "query-embedder", "search-ranking", "ads", "svc-search",
-              "search-ranking", DEPLOY),
-    Placement("dc1-h100", (3,), (6,), "infer_light", "ctr-shadow", "ads-targeting", "ads", "svc-ads",
-              "ads-targeting", DEPLOY),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (6,),
+        "infer",
+        "query-embedder",
+        "search-ranking",
+        "ads",
+        "svc-search",
+        "search-ranking",
+        DEPLOY,
+    ),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (6,),
+        "infer_light",
+        "ctr-shadow",
+        "ads-targeting",
+        "ads",
+        "svc-ads",
+        "ads-targeting",
+        DEPLOY,
+    ),
     # GPU 7 of dgx-h100-003 is MIG-partitioned (MIG_LAYOUTS); its fourth instance stays free.
     Placement("dc1-h100", (3,), (7,), "batch", "clip-eval", "vision", "research", "tnguyen", "vision", mig=0),
-    Placement("dc1-h100", (3,), (7,), "infer_light", "moderation", "chat-serving", "product", "svc-chat",
-              "chat-serving", DEPLOY, mig=1),
-    Placement("dc1-h100", (3,), (7,), "notebook", "jupyter-lwang", "notebooks", "research", "lwang",
-              "jupyter", NOTEBOOK, mig=2),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (7,),
+        "infer_light",
+        "moderation",
+        "chat-serving",
+        "product",
+        "svc-chat",
+        "chat-serving",
+        DEPLOY,
+        mig=1,
+    ),
+    Placement(
+        "dc1-h100",
+        (3,),
+        (7,),
+        "notebook",
+        "jupyter-lwang",
+        "notebooks",
+        "research",
+        "lwang",
+        "jupyter",
+        NOTEBOOK,
+        mig=2,
+    ),
     # High "GPU util", no SM activity: tiny kernels and host syncs (DESIGN §2).
-    Placement("dc1-h100", (4,), (0, 1, 2, 3), "launch", "rl-rollout", "robotics-rl", "research", "pgarcia",
-              "robotics"),
+    Placement(
+        "dc1-h100",
+        (4,),
+        (0, 1, 2, 3),
+        "launch",
+        "rl-rollout",
+        "robotics-rl",
+        "research",
+        "pgarcia",
+        "robotics",
+    ),
     Placement("dc1-h100", (4,), (4, 5), "batch", "image-embed", "vision", "research", "tnguyen", "vision"),
     Placement("dc1-h200", (1,), ALL8, "train", "ranker-train", "search-ranking", "ads", "rpatel", "ads-ml"),
-    Placement("dc1-h200", (2,), (0, 1, 2, 3), "infer", "chat-api-xl", "chat-serving", "product", "svc-chat",
-              "chat-serving", DEPLOY),
+    Placement(
+        "dc1-h200",
+        (2,),
+        (0, 1, 2, 3),
+        "infer",
+        "chat-api-xl",
+        "chat-serving",
+        "product",
+        "svc-chat",
+        "chat-serving",
+        DEPLOY,
+    ),
     Placement("dc1-h200", (2,), (4, 5), "train", "vit-finetune", "vision", "research", "tnguyen", "vision"),
-    Placement("dc1-h200", (2,), (6,), "notebook", "jupyter-egarcia", "notebooks", "product", "egarcia",
-              "jupyter", NOTEBOOK),
+    Placement(
+        "dc1-h200",
+        (2,),
+        (6,),
+        "notebook",
+        "jupyter-egarcia",
+        "notebooks",
+        "product",
+        "egarcia",
+        "jupyter",
+        NOTEBOOK,
+    ),
     Placement("aws-p5-dcgm", (1,), ALL8, "train", "llm-burst", "llm-pretrain", "research", key=VM),
     Placement("aws-p5", (1,), ALL8, "train", "ranker-cloud", "search-ranking", "ads", key=VM),
     Placement("aws-g5", (1,), (0, 1, 2, 3), "infer", "ctr-serving", "ads-targeting", "ads", key=VM),
@@ -241,8 +416,10 @@ def _instance_id(pool: Pool, node: str) -> str | None:
     if pool.provider == "gcp":
         return str(10**18 + int.from_bytes(digest(pool.key, node)[:8], "big") % (9 * 10**18))
     if pool.provider == "azure":
-        return (f"/subscriptions/{pool.account}/resourceGroups/{pool.resource_group}"
-                f"/providers/Microsoft.Compute/virtualMachines/{node}")
+        return (
+            f"/subscriptions/{pool.account}/resourceGroups/{pool.resource_group}"
+            f"/providers/Microsoft.Compute/virtualMachines/{node}"
+        )
     return None
 
 
@@ -261,7 +438,8 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
     instance_id = _instance_id(pool, node)
     absences = tuple(
         (block_of(a.day, a.start), block_of(a.day, a.start) + a.minutes * 60 // BLOCK_S)
-        for a in ABSENCES if replica == 0 and (a.pool, a.node) == (pool.key, base)
+        for a in ABSENCES
+        if replica == 0 and (a.pool, a.node) == (pool.key, base)
     )
     frac = 0.0 if pool.provider else (digest(node)[0] / 256) * 0.5  # clouds report on the minute
     out = []
@@ -271,11 +449,23 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
             device_id = f"{node}/gpu{gpu}"
         else:
             device_id = f"{instance_id}/gpu{gpu}" if instance_id else uuid
-        common = dict(environment=pool.environment, provider=pool.provider, account=pool.account,
-                      region=pool.region, cluster=pool.cluster, node=node, instance_id=instance_id,
-                      instance_type=pool.instance_type, gpu_model=pool.gpu.model, gpu_index=gpu)
-        resets = [block_of(day, hhmm) for key, n, g, day, hhmm in COUNTER_RESETS
-                  if replica == 0 and (key, n, g) == (pool.key, base, gpu)]
+        common = dict(
+            environment=pool.environment,
+            provider=pool.provider,
+            account=pool.account,
+            region=pool.region,
+            cluster=pool.cluster,
+            node=node,
+            instance_id=instance_id,
+            instance_type=pool.instance_type,
+            gpu_model=pool.gpu.model,
+            gpu_index=gpu,
+        )
+        resets = [
+            block_of(day, hhmm)
+            for key, n, g, day, hhmm in COUNTER_RESETS
+            if replica == 0 and (key, n, g) == (pool.key, base, gpu)
+        ]
         reset_block = resets[0] if resets else -1
         parts = MIG_LAYOUTS.get((pool.key, base, gpu))
         for mig, profile in enumerate(parts or (None,)):
@@ -287,16 +477,33 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
                 info_id = "MIG-" + _uuid(uuid, mig)
                 extra = dict(parent_device_id=uuid, mig_profile=profile)
             lanes = tuple(
-                (p, p.nodes.index(base), replica) for p in PLACEMENTS
-                if p.pool == pool.key and base in p.nodes and gpu in p.gpus
+                (p, p.nodes.index(base), replica)
+                for p in PLACEMENTS
+                if p.pool == pool.key
+                and base in p.nodes
+                and gpu in p.gpus
                 and p.mig == (mig if profile is not None else None)
             )
-            info = DeviceInfo(device_id=info_id, gpu_fraction=fraction, tdp_w=pool.gpu.tdp_w * fraction,
-                              **common, **extra)  # type: ignore[arg-type]
+            info = DeviceInfo(
+                device_id=info_id, gpu_fraction=fraction, tdp_w=pool.gpu.tdp_w * fraction, **common, **extra
+            )  # type: ignore[arg-type]
             gpu_hw = pool.gpu
-            out.append(DeviceSpec(pool.key, info, metrics, lanes, gpu_hw.idle_w * fraction,
-                                  gpu_hw.ctx_w * fraction, gpu_hw.tdp_w * fraction,
-                                  gpu_hw.temp_c_per_w / fraction, mem_b, frac, absences, reset_block))
+            out.append(
+                DeviceSpec(
+                    pool.key,
+                    info,
+                    metrics,
+                    lanes,
+                    gpu_hw.idle_w * fraction,
+                    gpu_hw.ctx_w * fraction,
+                    gpu_hw.tdp_w * fraction,
+                    gpu_hw.temp_c_per_w / fraction,
+                    mem_b,
+                    frac,
+                    absences,
+                    reset_block,
+                )
+            )
     return out
 
 
@@ -305,7 +512,13 @@ def workload_info(spec: DeviceSpec, lane: int, job: int, cycle: int, seed: int) 
     placement, rank, replica = spec.lanes[lane]
     name = placement.name if replica == 0 else f"{placement.name}-{replica}"  # copies made by ``scale``
     h = token(seed, placement.name, replica, cycle, job, n=8 if placement.key == DEPLOY else 5)
-    key = placement.key.format(ns=placement.namespace, name=name, h=h,
-                               p=token(h, spec.info.device_id), rank=rank, instance=spec.info.instance_id)
+    key = placement.key.format(
+        ns=placement.namespace,
+        name=name,
+        h=h,
+        p=token(h, spec.info.device_id),
+        rank=rank,
+        instance=spec.info.instance_id,
+    )
     workload = key.split("/")[1] if key.startswith("k8s:") else spec.info.node
     return WorkloadInfo(key, placement.project, placement.team, placement.user, placement.namespace, workload)

@@ -146,8 +146,9 @@ METRIC = Annotated[
 
 
 def gql_float(value: float | None) -> float | None:
-    """Rounded to 9 decimals: sums of binary floats should not print as 0.30000000000000004."""
-    return None if value is None else round(value, 9)
+    """Rounded to 6 decimals (3.6 ms in an hour figure): sums of binary floats should not print as
+    21503.999999999 when the ledger holds seconds to 1 µs."""
+    return None if value is None else round(value, 6)
 
 
 def _dim(description: str) -> str | None:

@@ -50,10 +50,10 @@ def test_usage(gql: Gql, ledger: None) -> None:
         "effectiveGpuHours": 0.5, "utilizationPct": 25.0, "idleGpuHours": 1.0, "energyKwh": 1.0,
         "coveragePct": 100.0, "metric": "SM_ACTIVE",
     }  # fmt: skip
-    assert aws["gpuHours"] == round(2 / 7, 9) and aws["effectiveGpuHours"] == round(0.25 / 7, 9)
+    assert aws["gpuHours"] == round(2 / 7, 6) and aws["effectiveGpuHours"] == round(0.25 / 7, 6)
     assert aws["metric"] == "GPU_UTIL" and aws["energyKwh"] is None
     [total] = data(gql(q.replace("groupBy: [ENVIRONMENT]", ""), {"w": W, "m": "GPU_UTIL"}), "usage")
-    assert total["metric"] == "GPU_UTIL" and total["effectiveGpuHours"] == round(1 + 0.25 / 7, 9)
+    assert total["metric"] == "GPU_UTIL" and total["effectiveGpuHours"] == round(1 + 0.25 / 7, 6)
     [mixed] = data(gql(q.replace("groupBy: [ENVIRONMENT]", ""), {"w": W}), "usage")
     assert mixed["metric"] == "SM_ACTIVE_ELSE_GPU_UTIL"
     only_alpha = q.replace("groupBy: [ENVIRONMENT]", 'filter: {project: ["alpha"], unallocated: false}')
@@ -127,9 +127,9 @@ def test_idle_waste(gql: Gql, ledger: None) -> None:
         "unallocatedIdleGpuHours": 1.0, "unallocatedIdleCost": {"amount": "2.000000001"},
         "longestIdleStreakHours": 1, "thresholdPct": 5.0, "metric": "SM_ACTIVE",
     }  # fmt: skip
-    assert aws["allocatedIdleGpuHours"] == round(1 / 7, 9) and aws["idleCost"]["currency"] == "EUR"
+    assert aws["allocatedIdleGpuHours"] == round(1 / 7, 6) and aws["idleCost"]["currency"] == "EUR"
     at_25 = data(gql(q, {"w": W, "t": 50}), "idleWaste")
-    assert [r["idleGpuHours"] for r in at_25] == [round(2 / 7, 9), 2.0]  # hist 25–50 counts below 50 %
+    assert [r["idleGpuHours"] for r in at_25] == [round(2 / 7, 6), 2.0]  # hist 25–50 counts below 50 %
     for t, m in ((3, None), (10, "GPU_UTIL")):
         [err] = gql(q, {"w": W, "t": t, "m": m})["errors"]
         assert err["extensions"]["code"] == "UNSUPPORTED_THRESHOLD", err

@@ -123,20 +123,24 @@ def test_cloud_metrics_are_cloudwatch_style_except_one_dcgm_instance(
     coarse: SyntheticConnector, day: pl.DataFrame
 ) -> None:
     aws = {d.device_id: d for d in coarse.discover() if d.environment == "aws"}
-    metrics = day.filter(pl.col("device_id").is_in(list(aws))).group_by("device_id").agg(
-        pl.col("metric").unique()
+    metrics = (
+        day.filter(pl.col("device_id").is_in(list(aws))).group_by("device_id").agg(pl.col("metric").unique())
     )
     with_sm = {r["device_id"] for r in metrics.iter_rows(named=True) if "sm_active" in r["metric"]}
     assert len({aws[d].instance_id for d in with_sm}) == 1
-    assert all(set(r["metric"]) <= {"gpu_util", "mem_used_b", "mem_total_b", "power_w", "sm_active"}
-               for r in metrics.iter_rows(named=True))
+    assert all(
+        set(r["metric"]) <= {"gpu_util", "mem_used_b", "mem_total_b", "power_w", "sm_active"}
+        for r in metrics.iter_rows(named=True)
+    )
 
 
 def test_mig_instances_have_fractions_of_seven(coarse: SyntheticConnector, day: pl.DataFrame) -> None:
     devices = coarse.discover()
     mig = [d for d in devices if d.mig_profile]
     assert sorted((d.mig_profile, Fraction(d.gpu_fraction).limit_denominator(7)) for d in mig) == [
-        ("1g.10gb", Fraction(1, 7)), ("1g.10gb", Fraction(1, 7)), ("2g.20gb", Fraction(2, 7)),
+        ("1g.10gb", Fraction(1, 7)),
+        ("1g.10gb", Fraction(1, 7)),
+        ("2g.20gb", Fraction(2, 7)),
         ("3g.40gb", Fraction(3, 7)),
     ]
     parents = {d.parent_device_id for d in mig}
