@@ -1,0 +1,270 @@
+"""``prometheus``: dcgm-exporter metrics from a Prometheus server's HTTP API (``query_range``).
+
+Most on-prem sites already scrape dcgm-exporter with Prometheus; this connector reads that history.
+For each exporter field it asks ``query_range`` for ``last_over_time(FIELD{selector}[step])`` on
+a grid of ``step_s``: each grid point reports the latest raw sample of the step before it, so a
+missed scrape or an exporter outage leaves a hole (unobserved time) instead of Prometheus'
+5-minute lookback repeating the last value. Readings are timestamped at the grid point (up to one
+step after the scrape). Windows are cut into chunks of at most one day and 10,000 points per series
+(Prometheus refuses more than 11,000). The field → metric mapping, units, MIG and pod rules are
+:mod:`connectors.dcgm`'s.
+
+Errors: 5xx, 429, timeouts and connection failures are retried with exponential backoff and raise
+``RetriableError`` after the last try; 401/403 and other 4xx raise ``FatalSourceError``; a bad
+configuration is a ``ConfigurationError``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Literal
+
+import httpx
+import numpy as np
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from connectors.base import (
+    ConfigurationError,
+    ConnectorConfig,
+    ConnectorError,
+    DeviceInfo,
+    FatalSourceError,
+    RetriableError,
+    SampleBatch,
+    Sampling,
+)
+from connectors.dcgm import DEFAULT_NODE_LABELS, FIELDS, Series, Stamp, to_batch
+from service.timeutil import to_ms
+
+DAY_MS = 86_400_000
+MAX_POINTS = 10_000  # per series and query; Prometheus' own limit is 11,000
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?)?$")
+
+
+class HttpSourceConfig(ConnectorConfig):
+    """HTTP, TLS and device keys shared by the ``prometheus`` and ``dcgm_scrape`` connectors.
+
+    * ``url``: the server (``http(s)://host:port``, a path prefix allowed).
+    * ``username`` + ``password`` (basic auth) or ``bearer_token``: secrets, masked in logs.
+    * ``ca_file``: PEM bundle to verify the server with; ``insecure_skip_verify`` turns checks off.
+    * ``timeout_s``: per request, seconds; ``max_retries``: retries after the first try on
+      5xx/429/timeouts, with backoff from ``backoff_s`` doubling (capped at 30 s; a ``Retry-After``
+      header wins).
+    * ``presence_gap_s``: a silence up to this long keeps a GPU present but unobserved (seconds).
+    * ``environment`` (default ``onprem``), ``region``, ``cluster``: stamped on every device
+      (``cluster`` defaults to a series' ``cluster`` label); ``node_labels``: labels naming the node,
+      first non-empty wins (see :mod:`connectors.dcgm` on ``Hostname`` vs ``hostname``).
+    """
+
+    url: str
+    username: str | None = None
+    password: SecretStr | None = None
+    bearer_token: SecretStr | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0)
+    presence_gap_s: float = Field(3600.0, gt=0)
+    environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"
+    region: str | None = None
+    cluster: str | None = None
+    node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError("must be an http:// or https:// URL")
+        return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> HttpSourceConfig:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together (basic auth)")
+        if self.username is not None and self.bearer_token is not None:
+            raise ValueError("give basic auth (username/password) or bearer_token, not both")
+        return self
+
+    def stamp(self, node: str | None = None) -> Stamp:
+        return Stamp(self.environment, self.region, self.cluster, node, self.node_labels)
+
+    def auth(self) -> httpx.Auth | None:
+        if self.username is not None and self.password is not None:
+            return httpx.BasicAuth(self.username, self.password.get_secret_value())
+        if self.bearer_token is not None:
+            return _Bearer(self.bearer_token.get_secret_value())
+        return None
+
+
+class PrometheusConfig(HttpSourceConfig):
+    """``type = "prometheus"``: a Prometheus (or compatible) server scraping dcgm-exporter.
+
+    ``step_s`` is the scrape interval in seconds (default 15): the query grid, and a reading stands
+    for at most 2 × ``step_s``. Set it to the real scrape interval: shorter leaves holes between
+    scrapes (unobserved time), longer skips scrapes. ``label_selector`` adds PromQL matchers to
+    every query, with or without braces: ``{cluster="a", job=~"dcgm.*"}``.
+    """
+
+    type: str = "prometheus"
+    step_s: float = Field(15.0, ge=1.0, le=3600.0)
+    label_selector: str = ""
+
+    @field_validator("label_selector")
+    @classmethod
+    def _matchers(cls, selector: str) -> str:
+        inner = selector.strip()
+        if inner.startswith("{") and inner.endswith("}"):
+            inner = inner[1:-1]
+        if not _SELECTOR.match(inner):
+            raise ValueError('must be PromQL label matchers such as {cluster="a", job=~"dcgm.*"}')
+        return inner.strip().rstrip(",")
+
+
+class _Bearer(httpx.Auth):
+    def __init__(self, token: str) -> None:
+        self._header = f"Bearer {token}"
+
+    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+        request.headers["Authorization"] = self._header
+        yield request
+
+
+def build_client(config: HttpSourceConfig) -> httpx.Client:
+    """The production client: TLS per the config (auth is added per request, so it also applies
+    to an injected client)."""
+    verify: ssl.SSLContext | bool = True
+    if config.insecure_skip_verify:
+        verify = False
+    elif config.ca_file is not None:
+        try:
+            verify = ssl.create_default_context(cafile=config.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(f"ca_file {config.ca_file!r}: {exc}") from exc
+    return httpx.Client(verify=verify, timeout=config.timeout_s)
+
+
+def request_with_retries(
+    client: httpx.Client,
+    config: HttpSourceConfig,
+    url: str,
+    params: dict[str, Any],
+    sleep: Callable[[float], None],
+) -> httpx.Response:
+    """GET ``url``: retried on 5xx/429/timeouts/connection errors, 401/403/4xx are fatal."""
+    auth = config.auth()
+    problem = ""
+    for attempt in range(config.max_retries + 1):
+        wait = min(30.0, config.backoff_s * 2**attempt)
+        try:
+            response = client.get(url, params=params, auth=auth, timeout=config.timeout_s)
+        except httpx.TransportError as exc:  # timeouts, refused connections, resets
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            code = response.status_code
+            if code in (401, 403):
+                raise FatalSourceError(f"{url}: HTTP {code} (check the credentials): {_detail(response)}")
+            if code != 429 and code < 500:
+                if code >= 400:
+                    raise FatalSourceError(f"{url}: HTTP {code}: {_detail(response)}")
+                return response
+            problem = f"HTTP {code}: {_detail(response)}"
+            retry_after = response.headers.get("Retry-After", "")
+            if retry_after.isdigit():
+                wait = min(60.0, float(retry_after))
+        if attempt < config.max_retries:
+            sleep(wait)
+    raise RetriableError(f"{url}: {problem} (after {config.max_retries + 1} tries)")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    return str(body.get("error", body))[:200] if isinstance(body, dict) else str(body)[:200]
+
+
+class PrometheusConnector:
+    """dcgm-exporter history from Prometheus; see the module docstring."""
+
+    kind: ClassVar[Literal["metrics"]] = "metrics"
+    config_model: ClassVar[type[ConnectorConfig]] = PrometheusConfig
+
+    def __init__(
+        self,
+        config: PrometheusConfig,
+        *,
+        client: httpx.Client | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.sampling = Sampling.every(config.step_s, presence_gap_s=config.presence_gap_s)
+        self._owns_client = client is None
+        self._client = client if client is not None else build_client(config)
+        self._clock, self._sleep = clock, sleep
+        self._step_ms = round(config.step_s * 1000)
+        self._stamp = config.stamp()
+
+    def close(self) -> None:
+        """Close the HTTP client the connector made itself (an injected one is the caller's)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> PrometheusConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def discover(self) -> list[DeviceInfo]:
+        """GPUs that reported in the last 10 minutes (or 4 steps, if longer)."""
+        end = self._clock()
+        start = end - dt.timedelta(milliseconds=max(600_000, 4 * self._step_ms))
+        devices: dict[str, DeviceInfo] = {}
+        for batch in self.collect(start, end):
+            devices.update((d.device_id, d) for d in batch.devices)
+        return list(devices.values())
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        """Readings on the step grid with ``start <= ts < end``, one batch per chunk (≤ 1 day)."""
+        step = self._step_ms
+        first, last = -(-to_ms(start) // step) * step, (to_ms(end) - 1) // step * step
+        per_chunk = min(DAY_MS // step, MAX_POINTS)
+        chunk_first = first
+        while chunk_first <= last:
+            chunk_last = min(last, chunk_first + (per_chunk - 1) * step)
+            series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last)]
+            batch = to_batch(series, self._stamp)
+            if batch.samples.height:
+                yield batch
+            chunk_first = chunk_last + step
+
+    def _query(self, field: str, first_ms: int, last_ms: int) -> list[Series]:
+        selector = f"{{{self.config.label_selector}}}" if self.config.label_selector else ""
+        params = {
+            "query": f"last_over_time({field}{selector}[{self._step_ms}ms])",
+            "start": f"{first_ms / 1000:.3f}",
+            "end": f"{last_ms / 1000:.3f}",
+            "step": f"{self._step_ms / 1000:.3f}",
+        }
+        url = f"{self.config.url}/api/v1/query_range"
+        response = request_with_retries(self._client, self.config, url, params, self._sleep)
+        try:
+            body = response.json()
+            if body.get("status") != "success" or body["data"]["resultType"] != "matrix":
+                raise FatalSourceError(f"{url}: {body.get('errorType')}: {body.get('error')}")
+            series = []
+            for item in body["data"]["result"]:  # one step per series
+                pairs = np.asarray(item["values"], dtype=object).reshape(-1, 2)
+                ts = np.round(pairs[:, 0].astype(np.float64) * 1000).astype(np.int64)
+                series.append(Series(field, item["metric"], ts, pairs[:, 1].astype(np.float64)))
+            return series
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConnectorError(f"{url}: unreadable query_range answer: {exc}") from exc
