@@ -2,6 +2,7 @@
 
 Routes are wired explicitly here; nothing registers itself at import time. ``serve`` passes
 ``run_scheduler=True`` so the connectors' scheduler lives and dies with the app (lifespan).
+Node agents push to ``POST /api/v1/batches`` (``service.push``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from connectors.agent import bound_connectors
 from service.db import current_revision, head_revision, make_engine
 from service.logging import get_logger
+from service.push import ROUTE as PUSH_ROUTE
+from service.push import batches_endpoint
 from service.scheduler import Scheduler
 from service.settings import Settings
-from service.telemetry import CONTENT_TYPE, Telemetry
+from service.telemetry import CONTENT_TYPE, Telemetry, utc_now
 
 log = get_logger(__name__)
 
@@ -108,6 +112,7 @@ def create_app(
             sites=settings.sites,
             idle_threshold_pct=settings.idle_threshold_pct,
             telemetry=telemetry,
+            connectors=bound_connectors(settings.connectors, engine),  # they read this database
         )
 
     async def healthz(_request: Request) -> Response:
@@ -134,11 +139,13 @@ def create_app(
             if owns_engine:
                 engine.dispose()
 
+    push_batches = batches_endpoint(engine, settings.connectors, telemetry, utc_now)
     routes = [
         Route("/graphql", _AsgiEndpoint(gql), methods=["GET", "POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route(PUSH_ROUTE, push_batches, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})

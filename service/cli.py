@@ -1,4 +1,5 @@
-"""``gpu-ledger``: serve the API, migrate the database, ingest a window, export the schema.
+"""``gpu-ledger``: serve the API, migrate the database, ingest a window, export the schema, run
+the node agent.
 
 Mistakes in arguments or configuration print one line on stderr and exit with status 2; a
 failed run prints one line and exits with 1. No tracebacks for either.
@@ -169,7 +170,9 @@ def ingest(
 
     engine = make_engine(settings.database_url)
     try:
-        connector = default_registry().build(connector_config)
+        # An `agent` connector reads pushed samples from this database: it needs the engine.
+        extra = {"engine": engine} if connector_config.type == "agent" else {}
+        connector = default_registry().build(connector_config, **extra)
         prepare(engine, settings)
         with ChunkProgress(f"ingest {name}") as progress:
             progress.set_window(*aligned)
@@ -248,3 +251,16 @@ def list_connectors(config: ConfigOpt = None) -> None:
         typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
         return
     Console(width=200).print(table)
+
+
+@app.command("agent")
+def agent_command(
+    config: Annotated[Path, typer.Option("--config", help="The agent's TOML file ([agent] table).")],
+) -> None:
+    """Run the node agent: sample the GPUs, spool, ship to the service, serve /metrics."""
+    from service.agent.run import AgentStartError, run_agent
+
+    try:
+        run_agent(config)
+    except AgentStartError as exc:
+        raise fail(str(exc)) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
@@ -274,3 +274,76 @@ class Rejection(SQLModel, table=True):
     field: str | None = Field(default=None, max_length=100)
     reason: str = Field(sa_column=Column(Text, nullable=False))
     raw: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+# --- push staging: what node agents sent, before the `agent` connector ingests it --------------
+
+
+class PushedBatch(SQLModel, table=True):
+    """One batch an agent pushed to ``POST /api/v1/batches``; its id makes a replay a no-op."""
+
+    __tablename__ = "pushed_batch"
+    __table_args__ = (Index("ix_pushed_batch_agent_received", "agent", "received_at"),)
+
+    batch_id: str = Field(primary_key=True, max_length=200, description="<agent-id>:<seq>")
+    agent: str = Field(max_length=100, description="the `agent` connector (token) it was pushed to")
+    received_at: dt.datetime = Field(**_utc())
+    samples: int = Field(default=0, description="rows in pushed_sample")
+    first_ts_ms: int | None = Field(default=None, sa_type=BigInteger)
+    last_ts_ms: int | None = Field(default=None, sa_type=BigInteger)
+
+
+class PushedSample(SQLModel, table=True):
+    """One pushed reading (``connectors.base.SAMPLE_SCHEMA`` plus where it came from)."""
+
+    __tablename__ = "pushed_sample"
+    __table_args__ = (Index("ix_pushed_sample_agent_ts", "agent", "ts_ms"),)
+
+    batch_id: str = Field(primary_key=True, max_length=200)
+    row_no: int = Field(primary_key=True, description="position in the batch")
+    agent: str = Field(max_length=100)
+    device_id: str = Field(max_length=200)
+    ts_ms: int = Field(sa_type=BigInteger, description="ms since the Unix epoch, UTC")
+    metric: str = Field(max_length=20)
+    value: float
+    workload_key: str = Field(default="", max_length=500)
+    share: float = 1.0
+
+
+class PushedDevice(SQLModel, table=True):
+    """A device as its agent last described it (``connectors.base.DeviceInfo`` fields)."""
+
+    __tablename__ = "pushed_device"
+
+    agent: str = Field(primary_key=True, max_length=100)
+    device_id: str = Field(primary_key=True, max_length=200)
+    environment: str = Field(max_length=16)
+    provider: str | None = Field(default=None, max_length=32)
+    account: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=100)
+    cluster: str | None = Field(default=None, max_length=200)
+    node: str | None = Field(default=None, max_length=200)
+    instance_id: str | None = Field(default=None, max_length=300)
+    instance_type: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=100)
+    gpu_index: int | None = None
+    parent_device_id: str | None = Field(default=None, max_length=200)
+    mig_profile: str | None = Field(default=None, max_length=50)
+    gpu_fraction: float = 1.0
+    tdp_w: float | None = None
+    updated_at: dt.datetime = Field(**_utc())
+
+
+class PushedWorkload(SQLModel, table=True):
+    """A workload as its agent last described it (``connectors.base.WorkloadInfo`` fields)."""
+
+    __tablename__ = "pushed_workload"
+
+    agent: str = Field(primary_key=True, max_length=100)
+    workload_key: str = Field(primary_key=True, max_length=500)
+    project: str | None = Field(default=None, max_length=200)
+    team: str | None = Field(default=None, max_length=200)
+    user_name: str | None = Field(default=None, max_length=200)
+    namespace: str | None = Field(default=None, max_length=200)
+    workload: str | None = Field(default=None, max_length=300)
+    updated_at: dt.datetime = Field(**_utc())

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-30 12:04:07.081137
+Create Date: 2026-11-30 12:12:32.619533
 """
 
 from __future__ import annotations
@@ -281,6 +281,68 @@ def upgrade() -> None:
         batch_op.create_index("ix_ledger_hour_source_hour", ["source", "hour_index"], unique=False)
 
     op.create_table(
+        "pushed_batch",
+        sa.Column("batch_id", sa.String(length=200), nullable=False),
+        sa.Column("agent", sa.String(length=100), nullable=False),
+        sa.Column("received_at", UTCDateTime(), nullable=False),
+        sa.Column("samples", sa.Integer(), nullable=False),
+        sa.Column("first_ts_ms", sa.BigInteger(), nullable=True),
+        sa.Column("last_ts_ms", sa.BigInteger(), nullable=True),
+        sa.PrimaryKeyConstraint("batch_id"),
+    )
+    with op.batch_alter_table("pushed_batch", schema=None) as batch_op:
+        batch_op.create_index("ix_pushed_batch_agent_received", ["agent", "received_at"], unique=False)
+
+    op.create_table(
+        "pushed_device",
+        sa.Column("agent", sa.String(length=100), nullable=False),
+        sa.Column("device_id", sa.String(length=200), nullable=False),
+        sa.Column("environment", sa.String(length=16), nullable=False),
+        sa.Column("provider", sa.String(length=32), nullable=True),
+        sa.Column("account", sa.String(length=200), nullable=True),
+        sa.Column("region", sa.String(length=100), nullable=True),
+        sa.Column("cluster", sa.String(length=200), nullable=True),
+        sa.Column("node", sa.String(length=200), nullable=True),
+        sa.Column("instance_id", sa.String(length=300), nullable=True),
+        sa.Column("instance_type", sa.String(length=100), nullable=True),
+        sa.Column("gpu_model", sa.String(length=100), nullable=True),
+        sa.Column("gpu_index", sa.Integer(), nullable=True),
+        sa.Column("parent_device_id", sa.String(length=200), nullable=True),
+        sa.Column("mig_profile", sa.String(length=50), nullable=True),
+        sa.Column("gpu_fraction", sa.Float(), nullable=False),
+        sa.Column("tdp_w", sa.Float(), nullable=True),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("agent", "device_id"),
+    )
+    op.create_table(
+        "pushed_sample",
+        sa.Column("batch_id", sa.String(length=200), nullable=False),
+        sa.Column("row_no", sa.Integer(), nullable=False),
+        sa.Column("agent", sa.String(length=100), nullable=False),
+        sa.Column("device_id", sa.String(length=200), nullable=False),
+        sa.Column("ts_ms", sa.BigInteger(), nullable=False),
+        sa.Column("metric", sa.String(length=20), nullable=False),
+        sa.Column("value", sa.Float(), nullable=False),
+        sa.Column("workload_key", sa.String(length=500), nullable=False),
+        sa.Column("share", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("batch_id", "row_no"),
+    )
+    with op.batch_alter_table("pushed_sample", schema=None) as batch_op:
+        batch_op.create_index("ix_pushed_sample_agent_ts", ["agent", "ts_ms"], unique=False)
+
+    op.create_table(
+        "pushed_workload",
+        sa.Column("agent", sa.String(length=100), nullable=False),
+        sa.Column("workload_key", sa.String(length=500), nullable=False),
+        sa.Column("project", sa.String(length=200), nullable=True),
+        sa.Column("team", sa.String(length=200), nullable=True),
+        sa.Column("user_name", sa.String(length=200), nullable=True),
+        sa.Column("namespace", sa.String(length=200), nullable=True),
+        sa.Column("workload", sa.String(length=300), nullable=True),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("agent", "workload_key"),
+    )
+    op.create_table(
         "rejection",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("run_id", sa.Integer(), nullable=True),
@@ -304,6 +366,16 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_rejection_run_id"))
 
     op.drop_table("rejection")
+    op.drop_table("pushed_workload")
+    with op.batch_alter_table("pushed_sample", schema=None) as batch_op:
+        batch_op.drop_index("ix_pushed_sample_agent_ts")
+
+    op.drop_table("pushed_sample")
+    op.drop_table("pushed_device")
+    with op.batch_alter_table("pushed_batch", schema=None) as batch_op:
+        batch_op.drop_index("ix_pushed_batch_agent_received")
+
+    op.drop_table("pushed_batch")
     with op.batch_alter_table("ledger_hour", schema=None) as batch_op:
         batch_op.drop_index("ix_ledger_hour_source_hour")
         batch_op.drop_index("ix_ledger_hour_hour_index")

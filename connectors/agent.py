@@ -1,0 +1,143 @@
+"""``agent``: samples that node agents pushed to the service (``gpu-ledger agent``).
+
+Agents ``POST /api/v1/batches`` (``service.push``); the endpoint stores each batch in the staging
+tables ``pushed_sample`` / ``pushed_device`` / ``pushed_workload`` under the name of the agent
+connector whose token it carried. This connector is then an ordinary metrics source run by the
+scheduler: ``collect`` reads the staged samples of its name in a window, columnar.
+
+Configuration (one ``[[connectors]]`` table per agent, or one for a fleet sharing a token)::
+
+    [[connectors]]
+    type = "agent"
+    name = "gpu-node-17"      # agents push with `name = "gpu-node-17"` in their [agent] table
+    token = "…"               # bearer token the agents send (SecretStr, compared in constant time)
+    period_s = 5              # the agents' sampling period: max_gap = 2 × period
+    presence_gap_s = 3600     # see docs/ledger-semantics.md
+    retention_days = 7        # staged batches received longer ago than this are deleted
+
+Retention: staging is a buffer, not an archive. A connector run deletes batches *received* more
+than ``retention_days`` ago (at most once an hour). Re-ingesting a window older than the retention
+finds no samples; don't, or raise ``retention_days`` first.
+
+The connector needs the service's database: it is built with ``engine=`` (``bound_connectors``
+does it for ``serve``; ``gpu-ledger ingest`` passes it too). Built without one, it is a
+configuration error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar, Literal
+
+import polars as pl
+from pydantic import Field, SecretStr
+from sqlalchemy import Engine, delete, select
+
+from connectors.base import (
+    SAMPLE_SCHEMA,
+    ConfigurationError,
+    ConnectorConfig,
+    DeviceInfo,
+    SampleBatch,
+    Sampling,
+    WorkloadInfo,
+)
+from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
+from service.timeutil import to_ms
+
+PRUNE_EVERY = dt.timedelta(hours=1)
+DEVICE_FIELDS: tuple[str, ...] = DeviceInfo.__slots__  # type: ignore[attr-defined]
+WORKLOAD_FIELDS: tuple[str, ...] = WorkloadInfo.__slots__  # type: ignore[attr-defined]
+
+
+class AgentConfig(ConnectorConfig):
+    """``type = "agent"``: the samples agents pushed with this connector's ``name`` and ``token``."""
+
+    type: str = "agent"
+    token: SecretStr = Field(min_length=16, description="bearer token of the agents pushing here")
+    period_s: float = Field(5.0, gt=0, le=3600, description="agents' sampling period, seconds")
+    presence_gap_s: float = Field(3600.0, gt=0, description="silence that still counts as present")
+    retention_days: float = Field(7.0, gt=0, description="days staged batches are kept after receipt")
+
+
+class AgentConnector:
+    """Reads staged pushed samples of ``config.name`` (see the module docstring)."""
+
+    kind: ClassVar[Literal["metrics"]] = "metrics"
+    config_model: ClassVar[type[ConnectorConfig]] = AgentConfig
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        engine: Engine | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        if engine is None:
+            raise ConfigurationError(
+                f'agent connector "{config.name}" must be built with the service database (engine=)'
+            )
+        self.config, self.engine, self._clock = config, engine, clock
+        self.sampling = Sampling.every(config.period_s, presence_gap_s=config.presence_gap_s)
+        self._pruned_at: dt.datetime | None = None
+
+    def discover(self) -> list[DeviceInfo]:
+        return self._devices()
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        """Staged samples with ``start <= ts < end``, as one batch (with every device and workload
+        this agent described); prunes expired staging first (see the module docstring)."""
+        self.prune()
+        table = PushedSample.__table__
+        query = select(*(table.c[c] for c in SAMPLE_SCHEMA)).where(
+            table.c.agent == self.config.name, table.c.ts_ms >= to_ms(start), table.c.ts_ms < to_ms(end)
+        )
+        with self.engine.connect() as conn:
+            samples = pl.read_database(query, connection=conn, schema_overrides=SAMPLE_SCHEMA)
+        if samples.is_empty():
+            return
+        # Batch ids make replays no-ops; this also covers an agent that lost its spool's sequence.
+        samples = samples.unique(subset=["device_id", "ts_ms", "metric", "workload_key"], keep="any")
+        yield SampleBatch(samples.select(SAMPLE_SCHEMA.keys()), self._devices(), self._workloads())
+
+    def prune(self, *, force: bool = False) -> int:
+        """Delete batches received more than ``retention_days`` ago; the number deleted."""
+        now = self._clock()
+        if not force and self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
+            return 0
+        self._pruned_at = now
+        cutoff = now - dt.timedelta(days=self.config.retention_days)
+        batches, samples = PushedBatch.__table__, PushedSample.__table__
+        expired = select(batches.c.batch_id).where(
+            batches.c.agent == self.config.name, batches.c.received_at < cutoff
+        )
+        with self.engine.begin() as conn:
+            conn.execute(delete(samples).where(samples.c.batch_id.in_(expired)))
+            gone = conn.execute(delete(batches).where(batches.c.batch_id.in_(expired))).rowcount
+            for model in (PushedDevice, PushedWorkload):
+                t = model.__table__  # type: ignore[attr-defined]
+                conn.execute(delete(t).where(t.c.agent == self.config.name, t.c.updated_at < cutoff))
+        return int(gone or 0)
+
+    def _devices(self) -> list[DeviceInfo]:
+        return [DeviceInfo(**row) for row in self._rows(PushedDevice, DEVICE_FIELDS)]
+
+    def _workloads(self) -> list[WorkloadInfo]:
+        return [WorkloadInfo(**row) for row in self._rows(PushedWorkload, WORKLOAD_FIELDS)]
+
+    def _rows(self, model: Any, fields: Iterable[str]) -> list[dict[str, Any]]:
+        table = model.__table__
+        with self.engine.connect() as conn:
+            result = conn.execute(
+                select(*(table.c[f] for f in fields)).where(table.c.agent == self.config.name)
+            )
+            return [dict(r) for r in result.mappings()]
+
+
+def bound_connectors(configs: Iterable[ConnectorConfig], engine: Engine) -> dict[str, AgentConnector]:
+    """The enabled ``agent`` connectors of ``configs``, built on the service's ``engine`` (for
+    ``Scheduler(connectors=…)``: the registry alone cannot give them a database)."""
+    return {
+        c.name: AgentConnector(c, engine=engine) for c in configs if isinstance(c, AgentConfig) and c.enabled
+    }

@@ -1,0 +1,62 @@
+"""Where the agent's readings come from: a :class:`Sampler`.
+
+Production: ``connectors.nvml.NvmlSampler`` (imported only when used, so the agent package
+imports on machines without a GPU or NVML). Tests hand the agent a deterministic sampler on a
+fixed clock. ``source = "module:Class"`` in the ``[agent]`` table plugs in another one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import ValidationError
+
+from connectors.base import DeviceInfo, SampleBatch
+from connectors.registry import validation_problems
+from service.agent.config import AgentSettings
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """One reading of every device of the node, now.
+
+    ``sample()`` returns a :class:`~connectors.base.SampleBatch` whose rows all carry the reading
+    time (``ts_ms``) and the units of ``connectors.base.SAMPLE_SCHEMA`` (percent, W, J counter,
+    bytes, °C), with the devices and the workloads it names. It must be cheap (it runs every
+    ``period_s``) and may raise; the agent logs the error and tries again next period.
+    ``devices()`` is the node's devices now. Optionally ``pci_bus_id(device_id) -> str | None``
+    fills the exporter's ``pci_bus_id`` label.
+    """
+
+    def devices(self) -> list[DeviceInfo]: ...
+
+    def sample(self) -> SampleBatch: ...
+
+
+def load_sampler(settings: AgentSettings) -> Sampler:
+    """The sampler ``settings.source`` names: ``"nvml"`` or ``"module:Class"``.
+
+    The class is built as ``cls(config)`` where ``config`` is its ``config_model`` (when it has
+    one) validated from ``name``, ``period_s`` and ``[agent.source_options]``, else those options
+    as a dict. NVML is not touched here: ``NvmlSampler`` starts it on first use.
+    """
+    spec = "connectors.nvml:NvmlSampler" if settings.source == "nvml" else settings.source
+    module_name, _, class_name = spec.partition(":")
+    if not class_name:
+        raise ValueError(f'source "{settings.source}": expected "nvml" or "module:Class"')
+    cls: Any = getattr(importlib.import_module(module_name), class_name)
+    model = getattr(cls, "config_model", None)
+    options: dict[str, Any] = {"name": settings.name, "type": settings.source.split(":")[0]}
+    if model is not None and "period_s" in model.model_fields:
+        options["period_s"] = settings.period_s  # one period for the loop and the sampler
+    options.update(settings.source_options)
+    try:
+        config = model.model_validate(options) if model is not None else options
+    except ValidationError as exc:
+        details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
+        raise ValueError(f"[agent.source_options] for {spec}: {details}") from None
+    sampler = cls(config)
+    if not isinstance(sampler, Sampler):
+        raise TypeError(f"{spec} is not a Sampler (needs devices() and sample())")
+    return sampler

@@ -1,0 +1,118 @@
+"""Sending spooled batches to the service, oldest first, with backoff.
+
+What each answer means for a batch (meltano-style error classes):
+
+* 2xx (a ``{"duplicate": true}`` replay included) — the service has it: delete the spool file.
+* 400, 413, 422 — the batch itself is bad and will never be accepted: move it to ``rejected/``
+  and go on with the next (one bad batch must not block the node forever).
+* 401, 403 — wrong token or name: a configuration problem. Keep everything, back off.
+* 408, 429, 5xx, connection errors, timeouts — back off and retry the same batch.
+
+Backoff is exponential with full jitter, capped: ``uniform(0, min(cap, base × 2^(n-1)))`` after
+the n-th consecutive failure, so a fleet of agents does not hammer a service that comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from service.agent.spool import Spool
+from service.logging import get_logger
+
+log = get_logger(__name__)
+
+REJECT_STATUSES = frozenset({400, 413, 422})
+
+
+def backoff_delay_s(failures: int, base_s: float, cap_s: float, rng: random.Random) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure: full jitter, capped."""
+    return rng.uniform(0.0, min(cap_s, base_s * 2 ** max(0, failures - 1)))
+
+
+@dataclass(slots=True)
+class ShipResult:
+    shipped: int = 0  # acknowledged and deleted (duplicates included)
+    duplicates: int = 0
+    rejected: int = 0  # quarantined
+    failed: bool = False  # stopped on a retriable or auth failure; back off
+
+
+class Shipper:
+    """POSTs spooled batches to ``url`` with ``Authorization: Bearer <token>``."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        url: str,
+        token: str,
+        *,
+        base_s: float = 1.0,
+        cap_s: float = 300.0,
+        rng: random.Random | None = None,
+    ):
+        self.client, self.url = client, url
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.base_s, self.cap_s = base_s, cap_s
+        self.rng = rng or random.Random()
+        self.failures = 0  # consecutive
+
+    def next_delay_s(self) -> float:
+        return backoff_delay_s(self.failures, self.base_s, self.cap_s, self.rng)
+
+    def ship(self, spool: Spool, *, keep_going: Callable[[], bool] = lambda: True) -> ShipResult:
+        """Ship pending batches in order until none is left, one fails, or ``keep_going()`` is
+        false (checked after each batch: the caller's next sampling tick is due)."""
+        result = ShipResult()
+        for path in spool.pending():
+            outcome = self._post(spool, path)
+            if outcome == "retry":
+                self.failures += 1
+                result.failed = True
+                return result
+            self.failures = 0
+            if outcome == "rejected":
+                result.rejected += 1
+            else:
+                result.shipped += 1
+                result.duplicates += outcome == "duplicate"
+            if not keep_going():
+                break
+        return result
+
+    def _post(self, spool: Spool, path: Path) -> str:
+        body = json.dumps(spool.payload(path), separators=(",", ":"), allow_nan=False)
+        try:
+            response = self.client.post(self.url, content=body, headers=self._headers)
+        except httpx.HTTPError as exc:
+            log.warning(
+                "ship failed: service unreachable", batch=path.name, error=f"{type(exc).__name__}: {exc}"
+            )
+            return "retry"
+        if response.is_success:
+            duplicate = bool(_json(response).get("duplicate"))
+            spool.delete(path)
+            return "duplicate" if duplicate else "shipped"
+        if response.status_code in REJECT_STATUSES:
+            reason = f"HTTP {response.status_code}: {response.text[:2000]}"
+            target = spool.quarantine(path, reason)
+            log.error(
+                "batch rejected by the service; quarantined", batch=path.name, to=str(target), reason=reason
+            )
+            return "rejected"
+        level = log.error if response.status_code in (401, 403) else log.warning
+        level("ship failed", batch=path.name, status=response.status_code, body=response.text[:500])
+        return "retry"
+
+
+def _json(response: httpx.Response) -> dict[str, object]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
