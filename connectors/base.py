@@ -178,3 +178,14 @@ class BillingConnector(Protocol):
 
 def empty_samples() -> pl.DataFrame:
     return pl.DataFrame(schema=SAMPLE_SCHEMA)
+
+
+def close_connector(connector: object) -> None:
+    """Release what a connector holds (an HTTP client, a socket), for connectors that hold any.
+
+    The Protocols don't require ``close()``: a connector that owns a client offers it, and the
+    runner (CLI, scheduler) calls this when it is done with the instance.
+    """
+    close = getattr(connector, "close", None)
+    if callable(close):
+        close()

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from connectors.base import ConnectorError
+from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
 from service.settings import ConfigError, Settings, load_settings
 from service.timeutil import ceil_hour, floor_hour, parse_utc
@@ -169,6 +169,7 @@ def ingest(
     from service.progress import ChunkProgress
 
     engine = make_engine(settings.database_url)
+    connector = None
     try:
         # An `agent` connector reads pushed samples from this database: it needs the engine.
         extra = {"engine": engine} if connector_config.type == "agent" else {}
@@ -188,6 +189,7 @@ def ingest(
     except ConnectorError as exc:
         raise fail(f"{name}: {type(exc).__name__}: {exc}", FAILURE_EXIT) from None
     finally:
+        close_connector(connector)
         engine.dispose()
     typer.echo(f"{name}: {_describe(result)}")
 

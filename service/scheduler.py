@@ -24,6 +24,7 @@ from connectors.base import (
     ConnectorError,
     ConnectorStatus,
     FatalSourceError,
+    close_connector,
 )
 from connectors.registry import Registry, default_registry
 from service.db import session_scope
@@ -184,17 +185,22 @@ class Scheduler:
         return True
 
     async def _loop(self, config: ConnectorConfig, connector: Any) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            outcome = await self.run_once(config, connector)
-            if outcome == "stop":
-                return
-            failures = failures + 1 if outcome == "retry" else 0
-            delay = (
-                backoff_s(failures, self.retry_base_s, self.backoff_cap_s) if failures else config.interval_s
-            )
-            if await self._sleep(delay):
-                return
+        try:
+            failures = 0
+            while not self._stop.is_set():
+                outcome = await self.run_once(config, connector)
+                if outcome == "stop":
+                    return
+                failures = failures + 1 if outcome == "retry" else 0
+                delay = (
+                    backoff_s(failures, self.retry_base_s, self.backoff_cap_s)
+                    if failures
+                    else config.interval_s
+                )
+                if await self._sleep(delay):
+                    return
+        finally:
+            close_connector(connector)
 
     async def run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", "retry", "stop"]:
         """One ingest of ``config.name``'s catch-up window, and what the loop does next."""
