@@ -1,0 +1,127 @@
+"""Which container a process runs in, read from its ``/proc/PID/cgroup`` (pure parsing, no I/O).
+
+Path shapes understood (cgroup v1 or v2, cgroupfs or systemd driver; DESIGN §2):
+
+* Docker: ``/docker/<64hex>`` (cgroupfs) and ``…/docker-<64hex>.scope`` (systemd, also rootless
+  Docker under ``/user.slice/…``).
+* Kubernetes: ``/kubepods[/<qos>]/pod<uid>/<64hex>`` (cgroupfs) and
+  ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_with_underscores>.slice/
+  <runtime>-<64hex>.scope`` (systemd); no QoS level means ``guaranteed``.
+* CRI-O ``crio-<64hex>[.scope]``, containerd ``cri-containerd-<64hex>.scope`` / nerdctl
+  ``nerdctl-<64hex>.scope``, Podman ``libpod-<64hex>.scope``, systemd-nspawn
+  ``/machine.slice/machine-<name>.scope``, and a bare ``<64hex>`` directory anywhere (Docker
+  ``--cgroup-parent``, CI runners).
+
+Anything else (``/user.slice/user-1000.slice/session-3.scope``, ``/process_api/<32hex>``, ``/``) is
+not a container. The parser must see the *host's* view: a process inside a private cgroup
+namespace reads ``0::/``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Runtime = Literal["docker", "containerd", "crio", "kubernetes", "systemd", "other"]
+
+_HEX64 = r"[0-9a-f]{64}"
+# `<prefix>-<64hex>[.scope]`: the runtime that made the scope, named by its prefix.
+_SCOPE = re.compile(rf"^(docker|cri-containerd|crio|libpod|nerdctl)-({_HEX64})(?:\.scope)?$")
+_SCOPE_RUNTIME: dict[str, Runtime] = {
+    "docker": "docker",
+    "cri-containerd": "containerd",
+    "nerdctl": "containerd",
+    "crio": "crio",
+    "libpod": "other",  # Podman: not one of the runtimes the ledger names
+}
+_BARE = re.compile(rf"^{_HEX64}$")
+# `pod<uid>` (cgroupfs) or `kubepods[-<qos>]-pod<uid_with_underscores>.slice` (systemd). Static
+# pods have a 32-hex UID without dashes.
+_POD = re.compile(
+    r"^(?:kubepods(?:-(?:burstable|besteffort))?-)?pod"
+    r"([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})"
+    r"(?:\.slice)?$"
+)
+_QOS = re.compile(r"^(?:kubepods-)?(burstable|besteffort)(?:\.slice)?$")
+_NSPAWN = re.compile(r"^machine-(.+)\.scope$")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """The container a process belongs to, as its cgroup path names it.
+
+    ``runtime`` is the runtime the path names (``docker-…scope`` → docker, ``cri-containerd-…`` →
+    containerd, ``crio-…`` → crio); ``kubernetes`` when the path is a pod's but does not say which
+    runtime made the container (the cgroupfs driver's bare ``pod<uid>/<64hex>``). A pod is known
+    by ``pod_uid`` whatever the runtime. ``systemd`` is a systemd-nspawn machine (its name is the
+    ``container_id``); ``other`` is Podman or a bare 64-hex directory.
+    """
+
+    runtime: Runtime
+    container_id: str | None  # 64-hex (or as the runtime names it)
+    pod_uid: str | None  # Kubernetes pod UID (dashes restored: 8-4-4-4-12)
+    qos: str | None  # guaranteed | burstable | besteffort (Kubernetes)
+    cgroup_path: str  # the v2 path (or the v1 line chosen), for diagnostics
+
+
+def _rank(controllers: str) -> int:
+    """Which line of a v1 (or hybrid) file to believe first: the unified line, then the
+    controllers every runtime places containers in, so the answer never depends on line order."""
+    names = set(controllers.split(","))
+    for rank, wanted in enumerate(("", "pids", "memory", "cpu", "name=systemd")):
+        if wanted in names:  # the v2 line's controller field is empty: {""}
+            return rank
+    return 5
+
+
+def parse_path(path: str) -> ContainerRef | None:
+    """One cgroup path (``/kubepods/burstable/pod…/…``) → its container, or None."""
+    segments = [s for s in path.split("/") if s]
+    in_pod = any(s.startswith("kubepods") for s in segments)
+    pod_uid = qos = None
+    runtime: Runtime | None = None
+    container_id = None
+    for i, seg in enumerate(segments):
+        if in_pod and (m := _POD.match(seg)):
+            pod_uid = m.group(1).replace("_", "-")
+        elif in_pod and (m := _QOS.match(seg)):
+            qos = m.group(1)
+        elif m := _SCOPE.match(seg):
+            runtime, container_id = _SCOPE_RUNTIME[m.group(1)], m.group(2)
+        elif _BARE.match(seg):
+            parent = segments[i - 1] if i else ""
+            runtime = "docker" if parent == "docker" else "kubernetes" if in_pod else "other"
+            container_id = seg
+        elif (m := _NSPAWN.match(seg)) and i and segments[i - 1] == "machine.slice":
+            runtime, container_id = "systemd", m.group(1)
+    if pod_uid is not None:
+        return ContainerRef(
+            runtime=runtime or "kubernetes",
+            container_id=container_id,
+            pod_uid=pod_uid,
+            qos=qos or "guaranteed",
+            cgroup_path=path,
+        )
+    if runtime is None:
+        return None
+    return ContainerRef(runtime=runtime, container_id=container_id, pod_uid=None, qos=None, cgroup_path=path)
+
+
+def parse_cgroup(text: str) -> ContainerRef | None:
+    """Content of /proc/PID/cgroup (v1 or v2, systemd or cgroupfs driver) → the container, or None for a
+    process outside any container.
+
+    Each line is ``hierarchy-id:controllers:path``. Lines are tried in a fixed order — the v2 line
+    (``0::``), then ``pids``, ``memory``, ``cpu``, ``name=systemd``, then the rest — and the first
+    that names a container wins; ``cgroup_path`` is that line's path. Malformed lines are skipped.
+    """
+    lines = []
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) == 3 and parts[2].startswith("/"):
+            lines.append((_rank(parts[1]), parts[2]))
+    for _, path in sorted(lines, key=lambda rank_path: rank_path[0]):
+        if (ref := parse_path(path)) is not None:
+            return ref
+    return None
