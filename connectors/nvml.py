@@ -244,6 +244,11 @@ class NvmlSampler:
                 gpm.close()
         dev.gpm_metrics = set()
 
+    @property
+    def attributor(self) -> Attributor | None:
+        """What maps GPU processes to workloads (None until the first discovery picks the default)."""
+        return self._attributor
+
     # -- discovery -------------------------------------------------------------------------
 
     def _discover(self) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from connectors.attribution import MappingRule
 from connectors.registry import validation_problems
 
 
@@ -55,6 +56,10 @@ class AgentSettings(BaseModel):
     )
     backoff_base_s: float = Field(1.0, gt=0)
     backoff_cap_s: float = Field(300.0, gt=0)
+    # Process → workload attribution (used by samplers that take an ``attributor``, e.g. NVML):
+    attribution_rules: list[MappingRule] = Field(default_factory=list)  # [[agent.attribution_rules]]
+    docker_socket: Path | None = Path("/var/run/docker.sock")  # Docker labels; none to skip
+    proc_root: Path = Path("/proc")  # the host's /proc (hostPID in a pod)
 
     @field_validator("service_url")
     @classmethod

@@ -8,11 +8,14 @@ fixed clock. ``source = "module:Class"`` in the ``[agent]`` table plugs in anoth
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from connectors.attribution import ProcessAttributor
 from connectors.base import DeviceInfo, SampleBatch
+from connectors.docker_api import DockerEngine
 from connectors.registry import validation_problems
 from service.agent.config import AgentSettings
 
@@ -56,7 +59,17 @@ def load_sampler(settings: AgentSettings) -> Sampler:
     except ValidationError as exc:
         details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
         raise ValueError(f"[agent.source_options] for {spec}: {details}") from None
-    sampler = cls(config)
+    sampler = cls(config, attributor=attributor(settings)) if _takes_attributor(cls) else cls(config)
     if not isinstance(sampler, Sampler):
         raise TypeError(f"{spec} is not a Sampler (needs devices() and sample())")
     return sampler
+
+
+def _takes_attributor(cls: Any) -> bool:
+    return "attributor" in inspect.signature(cls).parameters
+
+
+def attributor(settings: AgentSettings) -> ProcessAttributor:
+    """PID → workload for this node: cgroups under ``proc_root``, Docker labels, the rules."""
+    docker = DockerEngine(settings.docker_socket) if settings.docker_socket is not None else None
+    return ProcessAttributor(settings.attribution_rules, proc_root=settings.proc_root, docker=docker)
