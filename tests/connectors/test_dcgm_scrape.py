@@ -14,8 +14,8 @@ from connectors.base import MetricsConnector
 from connectors.dcgm import Series, Stamp, mig_fraction, to_batch
 from connectors.dcgm_scrape import DcgmScrapeConfig, DcgmScrapeConnector, parse_metrics
 
-# In CI the shared folder sits beside the repository clone.
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "dcgm"
+# Copies of ../shared/fixtures/dcgm (tests/fixtures/README.md).
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
 MIB = 1024 * 1024
 TS = 1_758_362_400_000
 

@@ -17,7 +17,7 @@ from connectors.dcgm import FIELDS
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
 from connectors.registry import build_connector, validate_config
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 T0 = dt.datetime(2025, 9, 20, 10, tzinfo=dt.UTC)
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}})
 ONE = json.dumps(
