@@ -24,15 +24,9 @@ def _utc(nullable: bool = False, index: bool = False) -> dict:  # type: ignore[t
     return {"sa_type": UTCDateTime, "nullable": nullable, "index": index}
 
 
-class Device(SQLModel, table=True):
-    """One GPU or one MIG instance, with the dimensions its ledger rows inherit."""
+class DeviceDescription(SQLModel):
+    """What a source says about a GPU or MIG instance (``connectors.base.DeviceInfo``, stored)."""
 
-    __tablename__ = "device"
-
-    device_id: str = Field(
-        primary_key=True, max_length=200, description="GPU-…/MIG-… UUID or <instance>/gpu<i>"
-    )
-    source: str = Field(max_length=100, description="connector instance that reported it")
     environment: str = Field(max_length=16, index=True, description="onprem | aws | gcp | azure")
     provider: str | None = Field(default=None, max_length=32)
     account: str | None = Field(default=None, max_length=200)
@@ -49,6 +43,17 @@ class Device(SQLModel, table=True):
     mig_profile: str | None = Field(default=None, max_length=50)
     gpu_fraction: float = Field(default=1.0, description="share of a physical GPU: 1, or MIG slices / 7")
     tdp_w: float | None = Field(default=None, description="board power limit, for estimated energy")
+
+
+class Device(DeviceDescription, table=True):
+    """One GPU or one MIG instance, with the dimensions its ledger rows inherit."""
+
+    __tablename__ = "device"
+
+    device_id: str = Field(
+        primary_key=True, max_length=200, description="GPU-…/MIG-… UUID or <instance>/gpu<i>"
+    )
+    source: str = Field(max_length=100, description="connector instance that reported it")
     metrics: str = Field(default="", max_length=300, description="comma-separated metric keys seen")
     first_seen: dt.datetime = Field(**_utc())
     last_seen: dt.datetime = Field(**_utc())
@@ -310,27 +315,13 @@ class PushedSample(SQLModel, table=True):
     share: float = 1.0
 
 
-class PushedDevice(SQLModel, table=True):
-    """A device as its agent last described it (``connectors.base.DeviceInfo`` fields)."""
+class PushedDevice(DeviceDescription, table=True):
+    """A device as its agent last described it."""
 
     __tablename__ = "pushed_device"
 
     agent: str = Field(primary_key=True, max_length=100)
     device_id: str = Field(primary_key=True, max_length=200)
-    environment: str = Field(max_length=16)
-    provider: str | None = Field(default=None, max_length=32)
-    account: str | None = Field(default=None, max_length=200)
-    region: str | None = Field(default=None, max_length=100)
-    cluster: str | None = Field(default=None, max_length=200)
-    node: str | None = Field(default=None, max_length=200)
-    instance_id: str | None = Field(default=None, max_length=300)
-    instance_type: str | None = Field(default=None, max_length=100)
-    gpu_model: str | None = Field(default=None, max_length=100)
-    gpu_index: int | None = None
-    parent_device_id: str | None = Field(default=None, max_length=200)
-    mig_profile: str | None = Field(default=None, max_length=50)
-    gpu_fraction: float = 1.0
-    tdp_w: float | None = None
     updated_at: dt.datetime = Field(**_utc())
 
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-30 12:12:32.619533
+Create Date: 2026-11-30 12:35:20.771086
 """
 
 from __future__ import annotations
@@ -89,8 +89,6 @@ def upgrade() -> None:
     )
     op.create_table(
         "device",
-        sa.Column("device_id", sa.String(length=200), nullable=False),
-        sa.Column("source", sa.String(length=100), nullable=False),
         sa.Column("environment", sa.String(length=16), nullable=False),
         sa.Column("provider", sa.String(length=32), nullable=True),
         sa.Column("account", sa.String(length=200), nullable=True),
@@ -105,6 +103,8 @@ def upgrade() -> None:
         sa.Column("mig_profile", sa.String(length=50), nullable=True),
         sa.Column("gpu_fraction", sa.Float(), nullable=False),
         sa.Column("tdp_w", sa.Float(), nullable=True),
+        sa.Column("device_id", sa.String(length=200), nullable=False),
+        sa.Column("source", sa.String(length=100), nullable=False),
         sa.Column("metrics", sa.String(length=300), nullable=False),
         sa.Column("first_seen", UTCDateTime(), nullable=False),
         sa.Column("last_seen", UTCDateTime(), nullable=False),
@@ -295,8 +295,6 @@ def upgrade() -> None:
 
     op.create_table(
         "pushed_device",
-        sa.Column("agent", sa.String(length=100), nullable=False),
-        sa.Column("device_id", sa.String(length=200), nullable=False),
         sa.Column("environment", sa.String(length=16), nullable=False),
         sa.Column("provider", sa.String(length=32), nullable=True),
         sa.Column("account", sa.String(length=200), nullable=True),
@@ -311,9 +309,14 @@ def upgrade() -> None:
         sa.Column("mig_profile", sa.String(length=50), nullable=True),
         sa.Column("gpu_fraction", sa.Float(), nullable=False),
         sa.Column("tdp_w", sa.Float(), nullable=True),
+        sa.Column("agent", sa.String(length=100), nullable=False),
+        sa.Column("device_id", sa.String(length=200), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("agent", "device_id"),
     )
+    with op.batch_alter_table("pushed_device", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_pushed_device_environment"), ["environment"], unique=False)
+
     op.create_table(
         "pushed_sample",
         sa.Column("batch_id", sa.String(length=200), nullable=False),
@@ -371,6 +374,9 @@ def downgrade() -> None:
         batch_op.drop_index("ix_pushed_sample_agent_ts")
 
     op.drop_table("pushed_sample")
+    with op.batch_alter_table("pushed_device", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_pushed_device_environment"))
+
     op.drop_table("pushed_device")
     with op.batch_alter_table("pushed_batch", schema=None) as batch_op:
         batch_op.drop_index("ix_pushed_batch_agent_received")
