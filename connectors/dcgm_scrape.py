@@ -102,6 +102,14 @@ class DcgmScrapeConnector:
     def discover(self) -> list[DeviceInfo]:
         return self.scrape().devices
 
+    # The node agent's Sampler interface (service/agent/sampler.py): with
+    # `source = "connectors.dcgm_scrape:DcgmScrapeConnector"` the agent scrapes an exporter every
+    # period and ships the readings — a site without Prometheus still gets a ledger.
+    devices = discover
+
+    def sample(self) -> SampleBatch:
+        return self.scrape()
+
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
         """A scrape when ``start <= now < end``; nothing otherwise (a scrape has no history)."""
         if start <= self._clock() < end:

@@ -161,3 +161,25 @@ def test_a_gpu_entering_mig_mode_mid_window() -> None:
         ("MIG-GPU-x-5", 2000, "power_w", 200.0),  # 700 W × 2/7
     ]
     assert sorted(d.device_id for d in batch.devices) == ["GPU-x", "MIG-GPU-x-5"]
+
+
+def test_the_agent_scrapes_an_exporter_as_its_source(tmp_path: Path) -> None:
+    from service.agent.config import AgentSettings
+    from service.agent.sampler import Sampler, load_sampler
+
+    with http_stub() as stub:
+        stub.default = Reply(body=(FIXTURES / "onprem_dgx_h100_plain.prom").read_text())
+        settings = AgentSettings(
+            service_url="http://svc", token="t", name="dgx", spool_dir=tmp_path,
+            source="connectors.dcgm_scrape:DcgmScrapeConnector",
+            source_options={"url": f"{stub.url}/metrics", "interval_s": 5, "node": "dgx-h100-017"},
+        )  # fmt: skip
+        sampler = load_sampler(settings)
+        try:
+            assert isinstance(sampler, Sampler)
+            batch = sampler.sample()
+            assert len(sampler.devices()) == 8
+            assert {d.node for d in batch.devices} == {"dgx-h100-017"}
+            assert batch.samples.filter(pl.col("metric") == "gpu_util").height == 8
+        finally:
+            sampler.close()  # type: ignore[attr-defined]
