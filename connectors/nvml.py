@@ -175,7 +175,8 @@ class NvmlSampler:
             values = self._read(dev, now)
             occupants = self._guard(dev, "procs", lambda d=dev: d.shares.current(now)) or [(UNALLOCATED, 1.0)]
             for info, share in occupants:
-                workloads.setdefault(info.workload_key, info)
+                if info.workload_key:  # '' (unallocated) needs no description
+                    workloads.setdefault(info.workload_key, info)
                 for metric, value in values.items():
                     cols["device_id"].append(dev.info.device_id)
                     cols["ts_ms"].append(ts_ms)

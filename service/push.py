@@ -67,7 +67,7 @@ class DeviceIn(_Strict):
 
 
 class WorkloadIn(_Strict):
-    workload_key: str = Field(min_length=1, max_length=500)
+    workload_key: str = Field(max_length=500)  # '' = unallocated: accepted, nothing to store
     project: str | None = None
     team: str | None = None
     user_name: str | None = None
@@ -181,7 +181,7 @@ def store_batch(engine: Engine, batch: BatchIn, now: dt.datetime, presence_gap_s
                 conn.execute(insert(PushedSample.__table__), rows)
             devices = [d.model_dump() for d in batch.devices]
             _replace(conn, PushedDevice, "device_id", batch.agent, devices, now)
-            workloads = [w.model_dump() for w in batch.workloads]
+            workloads = [w.model_dump() for w in batch.workloads if w.workload_key]
             _replace(conn, PushedWorkload, "workload_key", batch.agent, workloads, now)
             if head["first_ts_ms"] is not None:
                 reach = from_ms(head["first_ts_ms"]) + dt.timedelta(seconds=presence_gap_s)

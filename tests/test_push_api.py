@@ -96,6 +96,17 @@ def test_accept_then_replay_is_a_duplicate(client: TestClient, engine: Engine) -
     assert metrics[("gpu_ledger_push_samples_total", "node-a", None)] == 3
 
 
+def test_an_idle_gpu_batch_is_accepted(client: TestClient, engine: Engine) -> None:
+    # A GPU nobody holds reports workload '' — the batch is good data, not a malformed one
+    # (found on the H200: the agent quarantined every batch with a second of idle time).
+    body = batch()
+    body["workloads"].append({"workload_key": ""})
+    body["samples"]["workload_key"] = ["", "", "k8s:ns/p/c"]
+    r = post(client, body)
+    assert (r.status_code, r.json()["duplicate"]) == (200, False)
+    assert (_count(engine, PushedSample), _count(engine, PushedWorkload)) == (3, 1)
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [

@@ -137,3 +137,14 @@ def test_the_slow_energy_read_is_throttled(fake_nvml: FakeNvml) -> None:
     states = [(t, state(h200(energy_mj=int(t * 1000)))) for t in (1.0, 5.0, 10.9, 11.0, 16.0, 21.0)]
     got = replay(fake_nvml, states, energy_every_s=10).filter(pl.col("metric") == "energy_j")
     assert got["value"].to_list() == [1.0, 11.0, 21.0]
+
+
+def test_an_idle_gpu_describes_no_workload(fake_nvml: FakeNvml) -> None:
+    # Workload '' means "nobody": it is in the samples but never described (the push endpoint
+    # stores workload descriptions, and an empty one would be meaningless).
+    fake_nvml.write(state(h200()))
+    s = sampler(fake_nvml, Clock())
+    batch = s.sample()
+    s.close()
+    assert set(batch.samples["workload_key"]) == {""}
+    assert batch.workloads == []
