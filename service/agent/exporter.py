@@ -32,7 +32,6 @@ import threading
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import polars as pl
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -111,28 +110,42 @@ class DcgmExporter(Collector):
         self.registry.register(self)
 
     def update(self, batch: SampleBatch) -> None:
-        """Keep each device's newest reading of ``batch`` (readings older than the kept one are ignored)."""
-        s = batch.samples
-        if s.is_empty():
-            return
-        newest = s.filter(pl.col("ts_ms") == pl.col("ts_ms").max().over("device_id"))
-        values = newest.group_by("device_id", "metric").agg(pl.col("value").first())
-        keys = newest.group_by("device_id").agg(
-            pl.col("ts_ms").first(), pl.col("workload_key").unique().sort()
+        """Keep each device's newest reading of ``batch`` (readings older than the kept one are ignored).
+
+        Plain lists, not Polars: a tick is a few dozen readings (see ``spool.tick_record``).
+        """
+        cols = batch.samples.to_dict(as_series=False)
+        rows = list(
+            zip(
+                cols["device_id"],
+                cols["ts_ms"],
+                cols["metric"],
+                cols["value"],
+                cols["workload_key"],
+                strict=True,
+            )
         )
+        newest: dict[str, int] = {}
+        for device_id, ts_ms, *_ in rows:
+            if ts_ms is not None and ts_ms > newest.get(device_id, -1):
+                newest[device_id] = ts_ms
+        per_device: dict[str, dict[str, float]] = {}
+        workloads: dict[str, set[str]] = {}
+        for device_id, ts_ms, metric, value, workload_key in rows:
+            if ts_ms != newest.get(device_id) or value is None:
+                continue
+            per_device.setdefault(device_id, {}).setdefault(metric, value)
+            workloads.setdefault(device_id, set()).add(workload_key or "")
         with self._lock:
             self._devices.update((d.device_id, d) for d in batch.devices)
             self._workloads.update((w.workload_key, w) for w in batch.workloads)
-            per_device: dict[str, dict[str, float]] = {}
-            for device_id, metric, value in values.iter_rows():  # a few rows per device: fine
-                per_device.setdefault(device_id, {})[metric] = value
-            for device_id, ts_ms, workload_keys in keys.iter_rows():
+            for device_id, ts_ms in newest.items():
                 if device_id in self._latest and self._latest[device_id][0] > ts_ms:
                     continue  # a late, older reading: the newer one stays
                 readings = per_device.get(device_id, {})
                 if "mem_total_b" in readings and "mem_used_b" in readings:
                     readings["mem_free_b"] = readings["mem_total_b"] - readings["mem_used_b"]
-                self._latest[device_id] = (ts_ms, readings, workload_keys)
+                self._latest[device_id] = (ts_ms, readings, sorted(workloads.get(device_id, ())))
 
     def _labels(self, device: DeviceInfo) -> dict[str, str]:
         parent = self._devices.get(device.parent_device_id or "") if device.parent_device_id else None
