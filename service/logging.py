@@ -15,7 +15,7 @@ from typing import Any, Literal, TextIO
 import structlog
 from pydantic import SecretBytes, SecretStr
 
-from service.settings import mask_url
+from service.urls import mask_url
 
 MASK = "**********"
 _SECRET_NAME = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.IGNORECASE)

@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 from connectors.base import ConnectorConfig
 from connectors.registry import (
@@ -51,6 +50,7 @@ from connectors.registry import (
     validate_config,
     validation_problems,
 )
+from service.urls import mask_url
 
 ENV_PREFIX = "GPU_LEDGER_"
 CONFIG_ENV = "GPU_LEDGER_CONFIG"
@@ -60,14 +60,6 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 class ConfigError(ValueError):
     """The configuration is wrong; the message names the file (or variable), the table and the key."""
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (safe to log)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001  (an unparsable URL is masked wholesale)
-        return "<unparsable database URL>"
 
 
 def _site_model() -> type:

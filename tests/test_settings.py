@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from fake_connectors import fake_registry
 
-from service.settings import ConfigError, Settings, load_settings, mask_url
+from service.settings import ConfigError, Settings, load_settings
+from service.urls import mask_url
 
 CONFIG = """
 database_url = "sqlite:///from-file.db"
