@@ -24,6 +24,7 @@ import hmac
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
+import polars as pl
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import Engine, and_, delete, insert, select, update
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from connectors.agent import AgentConfig
-from connectors.base import ConnectorConfig
+from connectors.base import SAMPLE_SCHEMA, ConnectorConfig
 from service.metrics_catalog import Metric
 from service.models import ConnectorState, PushedBatch, PushedDevice, PushedSample, PushedWorkload
 from service.telemetry import Telemetry
@@ -156,13 +157,13 @@ def _first_problem(exc: ValidationError) -> tuple[str, str]:
 def store_batch(engine: Engine, batch: BatchIn, now: dt.datetime, presence_gap_s: float = 3600.0) -> bool:
     """Store ``batch`` in one transaction; False when its id was already stored."""
     s = batch.samples
-    rows = [
-        {"batch_id": batch.batch_id, "row_no": i, "agent": batch.agent, "device_id": d, "ts_ms": t,
-         "metric": m, "value": v, "workload_key": w, "share": sh}
-        for i, (d, t, m, v, w, sh) in enumerate(
-            zip(s.device_id, s.ts_ms, s.metric, s.value, s.workload_key, s.share, strict=True)
-        )
-    ]  # fmt: skip
+    # The insert parameters are built column-wise by Polars, not by a Python loop per sample.
+    rows = (
+        pl.DataFrame(s.model_dump(), schema=SAMPLE_SCHEMA)
+        .with_row_index("row_no")
+        .with_columns(pl.lit(batch.batch_id).alias("batch_id"), pl.lit(batch.agent).alias("agent"))
+        .to_dicts()
+    )
     head = {
         "batch_id": batch.batch_id,
         "agent": batch.agent,
