@@ -4,28 +4,48 @@ A connector is one class that turns one source into columnar batches for a windo
 for. It keeps no cursor: the ingestor owns watermarks, idempotency and retries (STYLE.md).
 Built-ins and third-party connectors are found by name through the ``gpu_ledger.connectors``
 entry-point group; the entry point names the class.
+
+Polars is imported only when a frame is needed (``SAMPLE_SCHEMA``, ``SampleBatch.samples``): the
+node agent imports this module too and never needs a frame, and Polars alone is ~36 MB of the
+agent's 100 MB RSS budget (issue 3, measured in BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict
 
-#: Columns (and dtypes) of ``SampleBatch.samples``.
-SAMPLE_SCHEMA: dict[str, pl.DataType] = {
-    "device_id": pl.String(),
-    "ts_ms": pl.Int64(),  # reading time, milliseconds since the Unix epoch (UTC)
-    "metric": pl.String(),  # a service.metrics_catalog.Metric value
-    "value": pl.Float64(),  # in the metric's unit: percent 0–100, W, J (counter), bytes, °C
-    "workload_key": pl.String(),  # '' when nothing occupied the device at ts
-    "share": pl.Float64(),  # this workload's share of the device at ts (time-slicing); 1.0 alone
-}
+if TYPE_CHECKING:
+    import polars as pl
+
+#: Columns of ``SampleBatch.samples``:
+#: ``device_id``; ``ts_ms`` reading time, ms since the Unix epoch (UTC); ``metric`` a
+#: service.metrics_catalog.Metric value; ``value`` in the metric's unit (percent 0–100, W, J
+#: counter, bytes, °C); ``workload_key`` '' when nothing occupied the device at ts; ``share`` this
+#: workload's share of the device at ts (time-slicing), 1.0 alone.
+SAMPLE_COLUMNS: tuple[str, ...] = ("device_id", "ts_ms", "metric", "value", "workload_key", "share")
+
+
+def _sample_schema() -> dict[str, pl.DataType]:
+    import polars as pl
+
+    types = (pl.String(), pl.Int64(), pl.String(), pl.Float64(), pl.String(), pl.Float64())
+    return dict(zip(SAMPLE_COLUMNS, types, strict=True))
+
+
+def __getattr__(name: str) -> Any:
+    # ``SAMPLE_SCHEMA`` (column → Polars dtype) is built on first use, so importing this module
+    # does not import Polars (PEP 562).
+    if name == "SAMPLE_SCHEMA":
+        schema = _sample_schema()
+        globals()["SAMPLE_SCHEMA"] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +81,68 @@ class WorkloadInfo:
     workload: str | None = None
 
 
-@dataclass(slots=True)
 class SampleBatch:
     """Samples of many devices as one columnar frame (``SAMPLE_SCHEMA``) plus the devices and
     workloads they name. Several rows with the same device, metric and ts but different workloads
-    are a time-sliced device: their ``share`` values say how it was split and should add to 1."""
+    are a time-sliced device: their ``share`` values say how it was split and should add to 1.
 
-    samples: pl.DataFrame
-    devices: list[DeviceInfo]
-    workloads: list[WorkloadInfo] = field(default_factory=list)
+    Built from a Polars frame (``SampleBatch(frame, devices)``) or from plain column lists
+    (``SampleBatch.from_columns``, what the node agent does: a tick is a few dozen readings and the
+    agent must stay small); each form is converted to the other only when asked for.
+    """
+
+    __slots__ = ("_frame", "_columns", "devices", "workloads")
+
+    def __init__(
+        self,
+        samples: pl.DataFrame,
+        devices: list[DeviceInfo],
+        workloads: list[WorkloadInfo] | None = None,
+    ) -> None:
+        self._frame: pl.DataFrame | None = samples
+        self._columns: dict[str, list[Any]] | None = None
+        self.devices = devices
+        self.workloads = workloads if workloads is not None else []
+
+    @classmethod
+    def from_columns(
+        cls,
+        columns: dict[str, list[Any]],
+        devices: list[DeviceInfo],
+        workloads: list[WorkloadInfo] | None = None,
+    ) -> SampleBatch:
+        """A batch of ``SAMPLE_COLUMNS`` lists of equal length (no Polars needed)."""
+        missing = [c for c in SAMPLE_COLUMNS if c not in columns]
+        if missing:
+            raise ValueError(f"sample columns missing: {', '.join(missing)}")
+        batch = cls.__new__(cls)
+        batch._frame, batch._columns = None, {c: columns[c] for c in SAMPLE_COLUMNS}
+        batch.devices, batch.workloads = devices, workloads if workloads is not None else []
+        return batch
+
+    @property
+    def samples(self) -> pl.DataFrame:
+        if self._frame is None:
+            import polars as pl
+
+            self._frame = pl.DataFrame(self._columns, schema=_sample_schema())
+        return self._frame
+
+    @samples.setter
+    def samples(self, frame: pl.DataFrame) -> None:
+        self._frame, self._columns = frame, None
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        """The samples as ``SAMPLE_COLUMNS`` lists."""
+        if self._columns is None:
+            assert self._frame is not None
+            self._columns = self._frame.select(SAMPLE_COLUMNS).to_dict(as_series=False)
+        return self._columns
+
+    def __repr__(self) -> str:
+        rows = self._frame.height if self._frame is not None else len(self._columns["ts_ms"])  # type: ignore[index]
+        return f"SampleBatch({rows} samples, {len(self.devices)} devices, {len(self.workloads)} workloads)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +250,9 @@ class BillingConnector(Protocol):
 
 
 def empty_samples() -> pl.DataFrame:
-    return pl.DataFrame(schema=SAMPLE_SCHEMA)
+    import polars as pl
+
+    return pl.DataFrame(schema=_sample_schema())
 
 
 def close_connector(connector: object) -> None:

@@ -25,12 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-import polars as pl
 import pynvml
 from pydantic import Field
 
 from connectors.base import (
-    SAMPLE_SCHEMA,
+    SAMPLE_COLUMNS,
     ConfigurationError,
     ConnectorConfig,
     DeviceInfo,
@@ -162,14 +161,14 @@ class NvmlSampler:
         return dev.pci_bus_id if dev is not None else None
 
     def sample(self) -> SampleBatch:
-        """One reading of every device now, as ``SAMPLE_SCHEMA`` rows: one row per (device,
+        """One reading of every device now, as ``SAMPLE_COLUMNS`` rows: one row per (device,
         metric, workload) with the workload's ``share`` of the device (adding to 1 per device)."""
         if self._devices is None:
             self._discover()
         assert self._devices is not None
         now = self._clock()
         ts_ms = int(now * 1000)
-        cols: dict[str, list[Any]] = {name: [] for name in SAMPLE_SCHEMA}
+        cols: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
         workloads: dict[str, WorkloadInfo] = {}
         for dev in self._devices.values():
             values = self._read(dev, now)
@@ -184,8 +183,10 @@ class NvmlSampler:
                     cols["value"].append(value)
                     cols["workload_key"].append(info.workload_key)
                     cols["share"].append(share)
-        frame = pl.DataFrame(cols, schema=SAMPLE_SCHEMA)
-        return SampleBatch(frame, [d.info for d in self._devices.values()], list(workloads.values()))
+        # Plain lists: the agent spools and exports them as they are, and never needs Polars.
+        return SampleBatch.from_columns(
+            cols, [d.info for d in self._devices.values()], list(workloads.values())
+        )
 
     def close(self) -> None:
         """Free GPM buffers and shut NVML down (a later call initialises it again)."""

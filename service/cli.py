@@ -10,15 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
-from service.settings import ConfigError, Settings, load_settings
 from service.timeutil import ceil_hour, floor_hour, parse_utc
+
+if TYPE_CHECKING:
+    # Imported where used: `gpu-ledger agent` runs on GPU nodes with a 100 MB RSS budget and
+    # needs neither the service settings (pydantic-settings) nor the database layer.
+    from service.settings import Settings
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
@@ -65,6 +69,7 @@ def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:
 
 def _settings(config: Path | None) -> Settings:
     from service.logging import configure_logging
+    from service.settings import ConfigError, load_settings
 
     try:
         settings = load_settings(config)

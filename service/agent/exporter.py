@@ -114,7 +114,7 @@ class DcgmExporter(Collector):
 
         Plain lists, not Polars: a tick is a few dozen readings (see ``spool.tick_record``).
         """
-        cols = batch.samples.to_dict(as_series=False)
+        cols = batch.columns
         rows = list(
             zip(
                 cols["device_id"],

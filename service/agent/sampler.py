@@ -25,7 +25,7 @@ class Sampler(Protocol):
     """One reading of every device of the node, now.
 
     ``sample()`` returns a :class:`~connectors.base.SampleBatch` whose rows all carry the reading
-    time (``ts_ms``) and the units of ``connectors.base.SAMPLE_SCHEMA`` (percent, W, J counter,
+    time (``ts_ms``) and the units of ``connectors.base.SAMPLE_COLUMNS`` (percent, W, J counter,
     bytes, °C), with the devices and the workloads it names. It must be cheap (it runs every
     ``period_s``) and may raise; the agent logs the error and tries again next period.
     ``devices()`` is the node's devices now. Optionally ``pci_bus_id(device_id) -> str | None``

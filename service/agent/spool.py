@@ -26,10 +26,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from connectors.base import SAMPLE_SCHEMA, SampleBatch
+from connectors.base import SAMPLE_COLUMNS, SampleBatch
 
 SEQ_FILE = "NEXT_SEQ"
-COLUMNS = tuple(SAMPLE_SCHEMA)
+COLUMNS = SAMPLE_COLUMNS
 
 
 def _fsync_dir(path: Path) -> None:
@@ -57,12 +57,12 @@ def tick_record(batch: SampleBatch) -> dict[str, Any]:
     A tick is a few dozen readings; plain lists cost a tenth of a Polars query plan here, and the
     agent's CPU budget is 1 % of a core (measured on the H200: docs/h200-validation.md).
     """
-    cols = batch.samples.to_dict(as_series=False)
+    cols = batch.columns
     rows = zip(
         cols["device_id"], cols["ts_ms"], cols["metric"], cols["value"], cols["workload_key"], cols["share"],
         strict=True,
     )  # fmt: skip
-    out: dict[str, list[Any]] = {name: [] for name in SAMPLE_SCHEMA}
+    out: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
     for device_id, ts_ms, metric, value, workload_key, share in rows:
         if device_id is None or ts_ms is None or metric is None or value is None or math.isnan(value):
             continue

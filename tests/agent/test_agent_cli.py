@@ -59,3 +59,16 @@ def test_runs_exports_spools_and_stops_on_sigterm(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()
     assert len(list((tmp_path / "spool").glob("*.batch"))) >= 2
+
+
+def test_agent_imports_stay_small() -> None:
+    """The agent's 100 MB RSS budget (issue 3): its import path must not pull in the frame and
+    database libraries (Polars alone is ~36 MB) nor the service's settings."""
+    code = (
+        "import sys\n"
+        "import service.cli, service.agent.run, connectors.nvml, service.agent.exporter\n"
+        "heavy = {'polars', 'numpy', 'sqlalchemy', 'sqlmodel', 'pydantic_settings', 'strawberry', 'starlette'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
