@@ -17,6 +17,10 @@ class Metric(StrEnum):
     MEM_USED_B = "mem_used_b"  # gauge, bytes
     MEM_TOTAL_B = "mem_total_b"  # gauge, bytes
     TEMP_C = "temp_c"  # gauge, degrees Celsius
+    # The device existed at ts and nothing was measured: a source that knows a GPU is there
+    # (Azure's nodeGpuCapacity, an inventory) but has no reading of it. Counts toward presence
+    # only — present and unobserved, never idle; the value is ignored (send 1).
+    PRESENT = "present"
 
 
 UTIL_METRICS: tuple[Metric, ...] = (Metric.GPU_UTIL, Metric.SM_ACTIVE, Metric.TENSOR_ACTIVE, Metric.MEM_BW)

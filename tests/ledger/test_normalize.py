@@ -169,6 +169,21 @@ def test_conflicting_repeats_resolve_the_same_in_any_order() -> None:
     assert row(normalize(a, WINDOW), 10)["busy_s"] == row(normalize(b, WINDOW), 10)["busy_s"] == 108.0
 
 
+def test_present_readings_make_a_device_present_and_unobserved() -> None:
+    # An inventory-style source: "the GPU is there" every minute 10:00–10:29, nothing measured;
+    # from 10:30 a utilization reading joins in.
+    samples = frame(
+        *every_minute("D", "present", T10, 30, 1.0),
+        *every_minute("D", "gpu_util", T10 + 30 * M, 30, 40.0),
+    )
+    r = row(normalize(samples, WINDOW), 10)
+    # Presence chains through both metrics: 30 + 30 readings × 60 s; the 10:59 reading's
+    # 120 s cap is cut at 11:00.
+    assert r["present_s"] == 3600
+    assert r["observed_s"] == 1800 and r["busy_s"] == 1800 * 0.4 and r["idle_s"] == 0
+    assert r["mem_total_b"] is None and r["power_avg_w"] is None and r["energy_j"] is None
+
+
 def test_empty_batch_gives_no_rows() -> None:
     out = normalize(pl.DataFrame(schema=SAMPLE_SCHEMA), WINDOW)
     assert out.is_empty() and "present_s" in out.columns
