@@ -186,38 +186,70 @@ class GpuRate(SQLModel, table=True):
 
 
 class BillingLine(SQLModel, table=True):
-    """One normalized billing line item (AWS CUR, GCP export, Azure cost export, FOCUS)."""
+    """One normalized billing line item (``connectors.billing.BILLING_SCHEMA`` plus its source).
+
+    Re-importing a file replaces its lines (``source`` + ``source_file``); ``line_key`` is unique
+    per source, so the same line in two files (a duplicated export) is refused, not counted twice.
+    """
 
     __tablename__ = "billing_line"
-    __table_args__ = (UniqueConstraint("source", "line_key", name="uq_billing_line_source_key"),)
+    __table_args__ = (
+        UniqueConstraint("source", "line_key", name="uq_billing_line_source_key"),
+        Index("ix_billing_line_resource_start", "resource_id", "charge_start"),
+        Index("ix_billing_line_source_file", "source", "source_file"),
+    )
 
-    id: int | None = Field(default=None, primary_key=True)
-    source: str = Field(max_length=100)
-    line_key: str = Field(max_length=200, description="stable hash of the raw line: re-ingest replaces")
-    file: str = Field(max_length=500)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigInteger)
+    source: str = Field(max_length=100, description="the billing connector instance")
+    source_file: str = Field(max_length=1000)
     line_no: int
-    provider: str = Field(max_length=32)
+    line_key: str = Field(max_length=200)
+    provider: str = Field(max_length=32, index=True)
+    billing_account: str | None = Field(default=None, max_length=200)
     account: str | None = Field(default=None, max_length=200)
-    resource_id: str | None = Field(default=None, max_length=300, index=True)
-    region: str | None = Field(default=None, max_length=100)
+    charge_start: dt.datetime = Field(**_utc(index=True))
+    charge_end: dt.datetime = Field(**_utc())
+    charge_category: str = Field(max_length=20, description="FOCUS ChargeCategory")
+    charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
+    pricing_model: str | None = Field(default=None, max_length=20)
+    commitment_id: str | None = Field(default=None, max_length=500)
+    resource_id: str | None = Field(default=None, max_length=500)
+    resource_name: str | None = Field(default=None, max_length=300)
     service: str | None = Field(default=None, max_length=200)
     sku: str | None = Field(default=None, max_length=300)
+    sku_description: str | None = Field(default=None, max_length=500)
     instance_type: str | None = Field(default=None, max_length=100)
-    charge_category: str = Field(
-        max_length=40, description="FOCUS ChargeCategory: Usage, Purchase, Credit, …"
-    )
-    charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
-    usage_start: dt.datetime = Field(**_utc(index=True))
-    usage_end: dt.datetime = Field(**_utc())
+    region: str | None = Field(default=None, max_length=100)
     usage_quantity: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
     usage_unit: str | None = Field(default=None, max_length=50)
     gpu_count: int | None = None
     gpu_hours: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
+    is_gpu_sku: bool | None = None
     billed_cost: Decimal = Field(**_money())
     effective_cost: Decimal = Field(**_money())
     list_cost: Decimal | None = Field(default=None, **_money(nullable=True))
     currency: str = Field(max_length=3)
     tags: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class BillingFile(SQLModel, table=True):
+    """One imported export file: what it held and how it was counted
+    (``rows_read == rows_accepted + rows_refused + rows_skipped``)."""
+
+    __tablename__ = "billing_file"
+    __table_args__ = (UniqueConstraint("source", "source_file", name="uq_billing_file_source_file"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    source: str = Field(max_length=100)
+    source_file: str = Field(max_length=1000)
+    billing_period_start: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    assembly_id: str | None = Field(default=None, max_length=200, description="AWS CUR assembly")
+    rows_read: int
+    rows_accepted: int
+    rows_refused: int
+    rows_skipped: int
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    imported_at: dt.datetime = Field(**_utc())
 
 
 class FxRate(SQLModel, table=True):
