@@ -105,16 +105,26 @@ class RefusedRow:
 class BillingBatch:
     """Normalized lines of one export file (or part of one) and what was refused or skipped.
 
-    ``read`` counts source rows; ``skipped`` those dropped by a documented rule (e.g. a CUR
-    ``SavingsPlanNegation`` line that only cancels covered usage, an assembly superseded by a
-    newer one): ``read == lines.height + len(refused) + skipped``.
+    ``read`` counts source rows; ``skipped`` those dropped by a documented rule (counted per
+    reason in ``skipped_reasons``): ``read == lines.height + len(refused) + skipped``.
+
+    What a re-import replaces: when the file names the billing period it covers
+    (``period_start``/``period_end``: a CUR billing period, an Azure export's month), the ingestor
+    replaces *all* of the source's lines charged in that period — so a newer AWS assembly, whose
+    files have other names, supersedes the old one, and a re-import is exact; several files of one
+    period (a CUR split in parts) are replaced together in one transaction. Without a period, the
+    lines of ``source_file`` are replaced.
     """
 
     lines: pl.DataFrame
+    source_file: str = ""
     refused: list[RefusedRow] = field(default_factory=list)
     read: int = 0
     skipped: int = 0
     skipped_reasons: dict[str, int] = field(default_factory=dict)
+    period_start: dt.datetime | None = None
+    period_end: dt.datetime | None = None
+    assembly_id: str | None = None
 
     def __post_init__(self) -> None:
         accounted = self.lines.height + len(self.refused) + self.skipped
