@@ -1,0 +1,257 @@
+"""Reading export files for the billing connectors: bytes → a frame of text columns → checked values.
+
+Every parser goes through the same steps, so every one reports bad input the same way:
+
+1. :func:`read_bytes` — a local file or bytes fetched from S3/Blob; gzip is undone here (by its
+   magic bytes, whatever the name); a truncated gzip stream is a :class:`BillingFileError`.
+2. :func:`csv_frame` / :func:`ndjson_frame` / :func:`parquet_frame` — every column as text plus
+   ``_line`` (the line a CSV record starts on: the header is line 1; a JSONL record's line) and
+   the rows that cannot be read at all: bytes that are not UTF-8 (the row is refused, naming the
+   column that holds them), a record with fewer fields than the header (a truncated file).
+3. :func:`require_columns` — a missing column refuses the whole file, naming it.
+4. :class:`Checks` — per-column conversions as Polars expressions (decimal money, timestamps,
+   currency codes), collecting for every row the first column that failed and why; refused rows
+   leave the frame with a :class:`RefusedRow` each, the good rows go on.
+
+Money is parsed from text straight to ``Decimal(38, 9)`` (Polars rounds half to even at the
+9th decimal), never through a float.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from connectors.billing import MONEY, UTC_TIME, BillingFileError, RefusedRow
+
+LINE = "_line"
+_REPLACEMENT = "\ufffd"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_bytes(path: str | Path, data: bytes | None = None) -> bytes:
+    """The file's content, gunzipped when it is gzip (``data``: bytes already fetched)."""
+    label = str(path)
+    if data is None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise BillingFileError(label, f"cannot read: {exc.strerror or exc}") from None
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise BillingFileError(label, f"truncated or corrupt gzip stream ({exc})") from None
+    return data
+
+
+def _bad_utf8_lines(data: bytes) -> set[int]:
+    """1-based lines holding bytes that are not UTF-8 (one step per bad sequence, not per line)."""
+    bad: set[int] = set()
+    pos = 0
+    while True:
+        try:
+            data[pos:].decode("utf-8")
+            return bad
+        except UnicodeDecodeError as exc:
+            at = pos + exc.start
+            bad.add(data.count(b"\n", 0, at) + 1)
+            pos = pos + exc.end
+
+
+def csv_frame(data: bytes, file: str, *, separator: str = ",") -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """All columns as text (empty fields ``''``, absent fields null) plus ``_line``.
+
+    A UTF-8 byte-order mark is dropped. Refused: records on lines with non-UTF-8 bytes, and
+    records with fewer fields than the header (a truncated file, a broken row).
+    ``_line`` is the record's first line, counted as if no quoted field held a newline (export
+    files don't), the header being line 1.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if not data.strip():
+        raise BillingFileError(file, "the file is empty", line=1)
+    bad_lines = _bad_utf8_lines(data)
+    try:
+        frame = pl.read_csv(
+            io.BytesIO(data),
+            separator=separator,
+            infer_schema=False,
+            encoding="utf8-lossy",
+            empty_string_is_null=False,
+            truncate_ragged_lines=True,
+            raise_if_empty=True,
+        )
+    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as exc:
+        raise BillingFileError(file, f"not a readable CSV file: {str(exc).splitlines()[0]}", line=1) from None
+    if 1 in bad_lines:
+        raise BillingFileError(file, "the header holds bytes that are not UTF-8", line=1)
+    frame = frame.with_row_index(LINE, offset=2).with_columns(pl.col(LINE).cast(pl.Int64))
+    refused: list[RefusedRow] = []
+    if bad_lines:
+        is_bad = pl.col(LINE).is_in(sorted(bad_lines))
+        for row in frame.filter(is_bad).iter_rows(named=True):
+            column = next((c for c, v in row.items() if isinstance(v, str) and _REPLACEMENT in v), None)
+            refused.append(RefusedRow(file, row[LINE], column, "bytes that are not UTF-8", _raw(row)))
+        frame = frame.filter(~is_bad)
+    columns = [c for c in frame.columns if c != LINE]
+    short = pl.any_horizontal(pl.col(columns).is_null()) if columns else pl.lit(False)
+    if frame.select(short.any()).item():
+        for row in frame.filter(short).iter_rows(named=True):
+            missing = next(c for c in columns if row[c] is None)
+            reason = f"the record has fewer fields than the header (truncated?): no value from {missing!r} on"
+            refused.append(RefusedRow(file, row[LINE], missing, reason, _raw(row)))
+        frame = frame.filter(~short)
+    return frame, refused
+
+
+def ndjson_frame(data: bytes, file: str) -> tuple[list[dict[str, object]], list[RefusedRow], int]:
+    """JSON Lines → (records with ``_line``, refused lines, records read).
+
+    Nested records (a BigQuery export's ``service``, ``credits``…) stay Python objects for the
+    parser to flatten with Polars; a line that is not JSON or not UTF-8 is refused by line.
+    """
+    records: list[dict[str, object]] = []
+    refused: list[RefusedRow] = []
+    read = 0
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        read += 1
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            refused.append(RefusedRow(file, number, None, "bytes that are not UTF-8", _raw_bytes(raw)))
+            continue
+        except json.JSONDecodeError as exc:
+            refused.append(
+                RefusedRow(file, number, None, f"not JSON: {exc.msg} at column {exc.colno}", _raw_bytes(raw))
+            )
+            continue
+        if not isinstance(record, dict):
+            refused.append(RefusedRow(file, number, None, "not a JSON object", _raw_bytes(raw)))
+            continue
+        record[LINE] = number
+        records.append(record)
+    return records, refused, read
+
+
+def parquet_frame(data: bytes, file: str) -> pl.DataFrame:
+    """A Parquet file with ``_line`` = record number (1-based); a truncated file is refused whole."""
+    try:
+        frame = pl.read_parquet(io.BytesIO(data))
+    except (pl.exceptions.ComputeError, OSError) as exc:
+        raise BillingFileError(file, f"not a readable Parquet file (truncated?): {exc}") from None
+    return frame.with_row_index(LINE, offset=1).with_columns(pl.col(LINE).cast(pl.Int64))
+
+
+def require_columns(frame: pl.DataFrame, file: str, required: Iterable[str]) -> None:
+    """Refuse the whole file when a column the parser needs is missing (naming it)."""
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        names = ", ".join(f'"{c}"' for c in missing)
+        raise BillingFileError(
+            file, f"missing column {names} (the header is line 1)", line=1, column=missing[0]
+        )
+
+
+class Checks:
+    """Per-row checks of one frame: each :meth:`add` is a column and an expression true for a bad
+    row; :meth:`split` keeps the first failure of every row and returns the good rows and the
+    refused ones. All expressions run at once, columnar."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self._rules: list[tuple[str, str, pl.Expr]] = []
+
+    def add(self, column: str, reason: str, bad: pl.Expr) -> None:
+        self._rules.append((column, reason, bad))
+
+    def decimal(self, column: str, *, negative: bool = True, required: bool = True) -> pl.Expr:
+        """``column`` as Decimal(38, 9); registers the checks: not a number, negative (when not
+        allowed), empty (when required). Returns the parsed expression."""
+        text = pl.col(column).str.strip_chars()
+        value = text.cast(MONEY, strict=False)
+        empty = text.is_null() | (text == "")
+        self.add(column, "not a number", ~empty & value.is_null())
+        if required:
+            self.add(column, "empty where a number is required", empty)
+        if not negative:
+            self.add(column, "negative where none is allowed", value < 0)
+        return value
+
+    def timestamp(self, column: str, *formats: str, required: bool = True) -> pl.Expr:
+        """``column`` as a UTC datetime, trying ``formats`` (strptime) in order; ISO 8601 when none."""
+        text = pl.col(column).str.strip_chars()
+        tried = [
+            text.str.to_datetime(fmt, time_zone="UTC", strict=False, time_unit="us") for fmt in formats
+        ] or [text.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")]
+        value = pl.coalesce(tried).cast(UTC_TIME)
+        empty = text.is_null() | (text == "")
+        self.add(
+            column,
+            "not a timestamp" + (f" ({' or '.join(formats)})" if formats else ""),
+            ~empty & value.is_null(),
+        )
+        if required:
+            self.add(column, "empty where a timestamp is required", empty)
+        return value
+
+    def currency(self, column: str, known: Iterable[str]) -> pl.Expr:
+        """``column`` upper-cased; an unknown ISO 4217 code is refused."""
+        code = pl.col(column).str.strip_chars().str.to_uppercase()
+        self.add(column, "unknown currency code", code.is_null() | ~code.is_in(sorted(set(known))))
+        return code
+
+    def split(self, frame: pl.DataFrame, parsed: dict[str, pl.Expr]) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        """(rows that passed every check with ``parsed`` columns added, refused rows)."""
+        code = pl.lit(None, dtype=pl.Int32)
+        for index in reversed(range(len(self._rules))):
+            code = (
+                pl.when(self._rules[index][2].fill_null(False))
+                .then(pl.lit(index, dtype=pl.Int32))
+                .otherwise(code)
+            )
+        tagged = frame.with_columns(code.alias("_bad"), *(e.alias(n) for n, e in parsed.items()))
+        bad = tagged.filter(pl.col("_bad").is_not_null())
+        refused = []
+        for row in bad.drop(list(parsed)).iter_rows(named=True):
+            column, reason, _ = self._rules[row.pop("_bad")]
+            value = row.get(column)
+            refused.append(RefusedRow(self.file, row.get(LINE), column, f"{reason}: {value!r}", _raw(row)))
+        return tagged.filter(pl.col("_bad").is_null()).drop("_bad"), refused
+
+
+def _raw(row: dict[str, object]) -> str:
+    return json.dumps({k: v for k, v in row.items() if k != LINE}, default=str, ensure_ascii=False)[:2000]
+
+
+def _raw_bytes(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="backslashreplace")[:2000]
+
+
+def first_present(frame: pl.DataFrame, *names: str) -> str | None:
+    """The first of ``names`` that is a column of ``frame`` (header variants across exports)."""
+    return next((n for n in names if n in frame.columns), None)
+
+
+def rename_variants(frame: pl.DataFrame, variants: dict[str, Sequence[str]]) -> pl.DataFrame:
+    """Rename header variants to canonical names: ``{"Date": ["date", "UsageDate"]}``; matching
+    is case-insensitive, the first variant present wins."""
+    lower = {c.lower(): c for c in frame.columns}
+    mapping: dict[str, str] = {}
+    for canonical, options in variants.items():
+        if canonical in frame.columns:
+            continue
+        for option in (canonical, *options):
+            found = lower.get(option.lower())
+            if found is not None and found not in mapping:
+                mapping[found] = canonical
+                break
+    return frame.rename(mapping)
