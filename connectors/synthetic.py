@@ -44,7 +44,7 @@ from connectors.synthetic_fleet import (
     digest,
     workload_info,
 )
-from service.metrics_catalog import Metric
+from service.metrics_catalog import MEASURED_METRICS
 from service.timeutil import to_ms
 
 CYCLE_DAYS = 28
@@ -54,7 +54,7 @@ DAY_MS = 86_400_000
 CYCLE_MS = CYCLE_DAYS * DAY_MS
 JOB_CAP = 1 << 16  # job j of lane L is coded L * JOB_CAP + j (a lane runs far fewer jobs per cycle)
 ROWS_PER_BATCH = 1_000_000  # about; a batch is one UTC day of as many of a pool's devices as fit
-METRICS = tuple(m.value for m in Metric)
+METRICS = tuple(m.value for m in MEASURED_METRICS)
 LEVELS = ("busy", "sm", "tensor", "membw")  # % levels behind gpu_util, sm_active, tensor_active, mem_bw
 #: metric → (level it reads, noise channel)
 _PCT = {"sm_active": ("sm", 12), "tensor_active": ("tensor", 13), "mem_bw": ("membw", 14)}

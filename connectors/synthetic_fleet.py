@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass
 
 from connectors.base import DeviceInfo, WorkloadInfo
-from service.metrics_catalog import Metric
+from service.metrics_catalog import MEASURED_METRICS, Metric
 
 MIB = 1 << 20
 BLOCK_S = 300  # the fleet changes state (jobs, load levels, outages) on 5-minute blocks
@@ -43,7 +43,7 @@ MIG_PROFILES: dict[str, tuple[int, int]] = {
     "1g.10gb": (1, 9_856),
 }
 
-ONPREM = tuple(m.value for m in Metric)  # DCGM exporter: everything
+ONPREM = tuple(m.value for m in MEASURED_METRICS)  # DCGM exporter: everything
 MIG = tuple(m for m in ONPREM if m != Metric.GPU_UTIL)  # NVML has no "GPU util" for a MIG instance
 CLOUD = (Metric.GPU_UTIL.value, Metric.MEM_USED_B.value, Metric.MEM_TOTAL_B.value, Metric.POWER_W.value)
 CLOUD_DCGM = (*CLOUD, Metric.SM_ACTIVE.value)  # an instance whose DCGM pipeline forwards SM activity

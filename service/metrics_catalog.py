@@ -32,6 +32,8 @@ GAUGE_METRICS: tuple[Metric, ...] = (
     Metric.TEMP_C,
 )
 COUNTER_METRICS: tuple[Metric, ...] = (Metric.ENERGY_J,)
+#: Everything a GPU reports about itself (all but the presence-only ``present``).
+MEASURED_METRICS: tuple[Metric, ...] = (*GAUGE_METRICS, *COUNTER_METRICS)
 
 #: Edges (percent) of the utilization histogram kept per ledger row for the default metric.
 #: Bucket i holds seconds with edges[i] <= util < edges[i+1]; the last bucket includes 100.
