@@ -1,0 +1,683 @@
+"""``cloudwatch``: NVIDIA GPU metrics that the CloudWatch agent (and Container Insights) publish.
+
+**Source.** The CloudWatch agent's ``nvidia_gpu`` section publishes to namespace ``CWAgent``
+(configurable: ``namespace``). The connector reads, per region and account, with
+``ListMetrics`` (to learn each GPU's *exact full* dimension set: ``GetMetricData`` matches no
+subset; moto lists a set once per datapoint batch, so sets are deduplicated) and
+``GetMetricData`` (``MetricStat``, ``Stat=Average``, ``ScanBy=TimestampAscending``, at most 500
+queries a call, following ``NextToken``).
+
+**Mapping** (FORMATS.md §2; the agent publishes no CloudWatch unit):
+
+* ``nvidia_smi_utilization_gpu`` (% of time a kernel ran) → ``gpu_util``.
+* ``nvidia_smi_memory_used`` / ``_total`` (MB as nvidia-smi prints it, which is MiB) → bytes × 2²⁰.
+* ``nvidia_smi_power_draw`` (W) → ``power_w``; ``nvidia_smi_temperature_gpu`` (°C) → ``temp_c``.
+* ``nvidia_smi_utilization_memory`` is **not read**: it is NVML's "memory utilization", the share
+  of time the memory controller was busy reading or writing, not the share of peak DRAM bandwidth
+  that ``mem_bw`` means (DCGM ``DRAM_ACTIVE``/GPM ``DRAM_BW_UTIL``). A kernel that reads memory
+  all the time at a small fraction of peak bandwidth shows near 100 % on the former and little
+  on the latter, so filling ``mem_bw`` with it would overstate memory-bound work.
+
+**Devices.** The agent drops the GPU UUID; a GPU is ``<InstanceId>/gpu<index>``, instance id
+``InstanceId``. A series without ``InstanceId`` (the site did not append it) becomes
+``<host>/gpu<index>`` with ``instance_id=None``: it cannot join the bill by resource id.
+``InstanceType`` comes from the dimension, else from ``ec2:DescribeInstances`` (cached per
+instance). ``gpu_model`` is ``name``; ``node`` is ``host``. Series without an ``index`` dimension
+(the agent's ``aggregation_dimensions`` roll-ups) are not per-GPU and are skipped.
+
+**Container Insights** (namespace ``ContainerInsights``, EKS with enhanced observability and
+accelerated-compute metrics; ``container_insights = false`` turns it off). Dimension sets as the
+agent's translator declares them (amazon-cloudwatch-agent ``getGPUMetricDeclarations``):
+``node_gpu_*`` with ``{ClusterName, NodeName, InstanceId, InstanceType, GpuDevice}`` are per-GPU
+readings (``node_gpu_utilization`` → ``gpu_util``, ``node_gpu_memory_used``/``_total`` already in
+bytes, ``node_gpu_power_draw`` W, ``node_gpu_temperature`` °C); ``container_gpu_utilization`` with
+``{ClusterName, Namespace, PodName, FullPodName, ContainerName, GpuDevice}`` gives attribution:
+while a container series has a datapoint, the GPU's readings belong to workload
+``k8s:<Namespace>/<PodName>/<ContainerName>`` (several containers on one GPU split it evenly).
+*Assumptions, not verified against a live cluster:* ``GpuDevice`` ends in the GPU's index
+(``nvidia0``); and because container series carry no node dimension, a container is tied to a
+GPU through ``InstanceId``/``NodeName`` when the site adds them, else only when exactly one node
+of that cluster has that ``GpuDevice`` (otherwise its readings stay unattributed). ``pod_gpu_*``
+adds nothing the container series lack and is not read; ``*_memory_utilization`` (% of frame
+buffer) and ``*_tensor_core_utilization`` (scale unverified) are not mapped. Where the agent and
+Container Insights both report a GPU, the agent's readings win.
+
+**Periods and the ledger.** A datapoint of period ``P`` is an average over ``[t, t + P)``
+(DESIGN §3.1). CloudWatch keeps 1-minute data 15 days, 5-minute data 63 days and 1-hour data 455
+days, so windows older than 15 / 63 days are asked for at ``lcm(period_s, 300)`` /
+``lcm(period_s, 3600)`` (and sub-minute ``period_s`` beyond 3 h at ``lcm(period_s, 60)``); data
+older than 455 days does not exist and yields nothing. The connector's ``sampling`` is one object,
+``aggregate_sampling(period_s)``, so every reading it emits stands for exactly ``period_s``: a
+coarse datapoint of period ``P`` is emitted as ``P / period_s`` readings of its average at
+``t, t + period_s, …``. Ledger seconds are then exact at every resolution (busy seconds of a
+5-minute average equal the sum over its minutes), and a missing minute is unobserved, never
+stretched. Each coarse query starts on a multiple of its period and its readings are clipped to
+their age band, so no minute is emitted twice.
+
+**Limits.** ``ListMetrics`` lists only metrics with data in the last two weeks, so a backfill
+further back finds only GPUs that still report. The ``AWS/...`` EC2 metrics are not read.
+
+**Accounts, regions, credentials.** ``regions`` lists the regions to read; credentials come from
+the default chain, ``profile``, or static ``aws_access_key_id``/``aws_secret_access_key``; with
+``role_arn`` (and ``external_id``) the connector assumes that role through STS in each region and
+renews it before it expires. The account id is ``account_id`` or ``sts:GetCallerIdentity``.
+
+**Errors.** botocore's own retries (mode ``standard``, ``total_max_attempts = max_retries + 1``, its
+exponential backoff with jitter, so ``backoff_s`` does not apply and there is no ``sleep`` to
+inject) handle throttling, 5xx and
+connection errors; what still fails is a ``RetriableError``. Refused or expired credentials and
+missing permissions are ``FatalSourceError`` naming the next step. A result whose ``StatusCode``
+is ``InternalError``, or ``PartialData`` with no ``NextToken`` to continue, is a
+``RetriableError``: a partial hour is never returned silently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
+
+import boto3
+import numpy as np
+import polars as pl
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from connectors.base import (
+    ConfigurationError,
+    ConnectorConfig,
+    ConnectorError,
+    DeviceInfo,
+    FatalSourceError,
+    RetriableError,
+    SampleBatch,
+    WorkloadInfo,
+)
+from connectors.cloud import (
+    MIB,
+    CloudMetricsConfig,
+    MetricSpec,
+    aggregate_sampling,
+    auth_error,
+    permission_error,
+    to_samples,
+)
+from service.metrics_catalog import Metric
+
+log = logging.getLogger(__name__)
+
+SOURCE = "CloudWatch"
+MAX_QUERIES = 500  # per GetMetricData call
+DAY_S = 86_400
+#: (age in seconds beyond which, minimum period CloudWatch still keeps), coarsest first.
+RETENTION: tuple[tuple[int, int], ...] = ((63 * DAY_S, 3600), (15 * DAY_S, 300), (3 * 3600, 60))
+OLDEST_S = 455 * DAY_S
+
+AGENT_METRICS: dict[str, MetricSpec] = {
+    "nvidia_smi_utilization_gpu": MetricSpec(Metric.GPU_UTIL),
+    "nvidia_smi_memory_used": MetricSpec(Metric.MEM_USED_B, MIB),
+    "nvidia_smi_memory_total": MetricSpec(Metric.MEM_TOTAL_B, MIB),
+    "nvidia_smi_power_draw": MetricSpec(Metric.POWER_W),
+    "nvidia_smi_temperature_gpu": MetricSpec(Metric.TEMP_C),
+}
+NODE_METRICS: dict[str, MetricSpec] = {
+    "node_gpu_utilization": MetricSpec(Metric.GPU_UTIL),
+    "node_gpu_memory_used": MetricSpec(Metric.MEM_USED_B),
+    "node_gpu_memory_total": MetricSpec(Metric.MEM_TOTAL_B),
+    "node_gpu_power_draw": MetricSpec(Metric.POWER_W),
+    "node_gpu_temperature": MetricSpec(Metric.TEMP_C),
+}
+CONTAINER_METRIC = "container_gpu_utilization"
+_MAPPING = {**AGENT_METRICS, **NODE_METRICS}
+_LEDGER_METRIC = {name: spec.metric.value for name, spec in _MAPPING.items()}
+PERMISSIONS = "cloudwatch:GetMetricData, cloudwatch:ListMetrics, ec2:DescribeInstances"
+
+_THROTTLING = {"Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+               "TooManyRequestsException", "RequestThrottledException", "ServiceUnavailable",
+               "InternalFailure", "InternalError"}  # fmt: skip
+_AUTH = {"UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+         "AuthFailure", "SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature",
+         "MissingAuthenticationToken"}  # fmt: skip
+_FILLABLE = ("cluster", "node", "instance_id", "instance_type", "gpu_model")
+_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
+_AUTH_NEXT_STEP = (
+    "check the connector's AWS credentials (profile, access keys or role_arn/external_id) and "
+    f"that its identity may call {PERMISSIONS}"
+)
+
+
+class CloudWatchConfig(CloudMetricsConfig):
+    """``type = "cloudwatch"``: CloudWatch agent / Container Insights GPU metrics.
+
+    * ``regions``: AWS regions to read (at least one).
+    * ``namespace``: the agent's namespace (default ``CWAgent``); ``container_insights``: also
+      read ``container_insights_namespace`` (default ``ContainerInsights``).
+    * Credentials: the default chain, or ``profile``, or static ``aws_access_key_id`` +
+      ``aws_secret_access_key`` (secrets); ``role_arn`` (+ ``external_id``,
+      ``role_session_name``) is assumed on top of them through STS.
+    * ``account_id``: the 12-digit account; default: ``sts:GetCallerIdentity``.
+    * ``endpoint_url``: one endpoint for every AWS API (a VPC endpoint proxy, a local test server).
+    * ``period_s`` (default 60; 1, 5, 10, 30 or a multiple of 60, as CloudWatch allows), retries,
+      timeouts and ``presence_gap_s``: see :class:`connectors.cloud.CloudMetricsConfig`.
+    """
+
+    type: str = "cloudwatch"
+    regions: list[str] = Field(min_length=1)
+    namespace: str = "CWAgent"
+    container_insights: bool = True
+    container_insights_namespace: str = "ContainerInsights"
+    profile: str | None = None
+    role_arn: str | None = None
+    external_id: str | None = None
+    role_session_name: str = Field("gpu-ledger", min_length=2, max_length=64)
+    aws_access_key_id: SecretStr | None = None
+    aws_secret_access_key: SecretStr | None = None
+    account_id: str | None = Field(None, pattern=r"^\d{12}$")
+    endpoint_url: str | None = None
+
+    @field_validator("period_s")
+    @classmethod
+    def _cloudwatch_period(cls, period: int) -> int:
+        if period not in (1, 5, 10, 30) and period % 60:
+            raise ValueError("CloudWatch periods are 1, 5, 10, 30 or a multiple of 60 seconds")
+        return period
+
+    @field_validator("regions")
+    @classmethod
+    def _region_names(cls, regions: list[str]) -> list[str]:
+        for region in regions:
+            if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d+$", region):
+                raise ValueError(f"{region!r} is not an AWS region name such as us-east-1")
+        return regions
+
+    @model_validator(mode="after")
+    def _one_credential_source(self) -> CloudWatchConfig:
+        if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
+            raise ValueError("aws_access_key_id and aws_secret_access_key go together")
+        if self.profile is not None and self.aws_access_key_id is not None:
+            raise ValueError("give profile or static access keys, not both")
+        if self.external_id is not None and self.role_arn is None:
+            raise ValueError("external_id needs role_arn")
+        return self
+
+
+#: Builds one AWS client: (boto3 session, service name, region) → client.
+ClientFactory = Callable[[boto3.Session, str, str], Any]
+
+
+def client_factory(config: CloudWatchConfig) -> ClientFactory:
+    """The production client factory: botocore's standard retries, timeouts, the endpoint."""
+    boto_config = BotoConfig(
+        retries={"mode": "standard", "total_max_attempts": config.max_retries + 1},
+        connect_timeout=config.timeout_s,
+        read_timeout=config.timeout_s,
+    )
+
+    def make(session: boto3.Session, service: str, region: str) -> Any:
+        return session.client(
+            service, region_name=region, endpoint_url=config.endpoint_url, config=boto_config
+        )
+
+    return make
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """One ListMetrics entry: a metric name and its exact, full dimension set."""
+
+    namespace: str
+    metric: str
+    dims: tuple[tuple[str, str], ...]
+
+    def query(self, qid: str, period: int) -> dict[str, Any]:
+        dimensions = [{"Name": k, "Value": v} for k, v in self.dims]
+        metric = {"Namespace": self.namespace, "MetricName": self.metric, "Dimensions": dimensions}
+        return {"Id": qid, "MetricStat": {"Metric": metric, "Period": period, "Stat": "Average"}}
+
+
+def segments(start_s: int, end_s: int, now_s: int, period_s: int) -> list[tuple[int, int, int]]:
+    """``[start_s, end_s)`` cut by age into ``(lo, hi, period)`` pieces CloudWatch can answer.
+
+    Bands, oldest first: from 455 days ago at ``lcm(period_s, 3600)``, from 63 days at
+    ``lcm(period_s, 300)``, from 15 days at ``lcm(period_s, 60)``, from 3 hours at ``period_s``.
+    Each band's start is rounded up to the period of the band before it, so the older band asks
+    for whole periods and the newer one starts inside its retention. Before the first band there
+    is no data.
+    """
+    periods = [math.lcm(period_s, 3600), math.lcm(period_s, 300), math.lcm(period_s, 60), period_s]
+    starts = [_ceil(now_s - OLDEST_S, 3600)]
+    for (age, _), older_period in zip(RETENTION, periods[:-1], strict=True):
+        starts.append(max(starts[-1], _ceil(now_s - age, older_period)))
+    pieces = []
+    for band, (lo, period) in enumerate(zip(starts, periods, strict=True)):
+        hi = starts[band + 1] if band + 1 < len(starts) else end_s
+        lo, hi = max(lo, start_s), min(hi, end_s)
+        if hi <= lo:
+            continue
+        if pieces and pieces[-1][2] == period and pieces[-1][1] == lo:
+            lo = pieces.pop()[0]
+        pieces.append((lo, hi, period))
+    return pieces
+
+
+def _ceil(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _gpu_number(value: str | None) -> int | None:
+    """``"0"`` (agent ``index``) or ``"nvidia0"`` (Container Insights ``GpuDevice``) → 0."""
+    match = re.search(r"(\d+)$", value or "")
+    return int(match.group(1)) if match else None
+
+
+class CloudWatchConnector:
+    """CloudWatch agent and Container Insights GPU metrics; see the module docstring."""
+
+    kind: ClassVar[Literal["metrics"]] = "metrics"
+    config_model: ClassVar[type[ConnectorConfig]] = CloudWatchConfig
+
+    def __init__(
+        self,
+        config: CloudWatchConfig,
+        *,
+        session: boto3.Session | None = None,
+        make_client: ClientFactory | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.config = config
+        self.sampling = aggregate_sampling(config.period_s, config.presence_gap_s)
+        self._session_given = session
+        self._make_client = make_client if make_client is not None else client_factory(config)
+        self._clock = clock
+        self._clients: dict[tuple[str, str, bool], Any] = {}
+        self._assumed: dict[str, tuple[boto3.Session, dt.datetime]] = {}
+        self._account: str | None = config.account_id
+        self._instance_types: dict[tuple[str, str], str | None] = {}
+
+    def close(self) -> None:
+        """Close every AWS client the connector opened."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def __enter__(self) -> CloudWatchConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the contract
+
+    def discover(self) -> list[DeviceInfo]:
+        """GPUs whose metrics CloudWatch lists now (ListMetrics: data in the last two weeks)."""
+        devices: dict[str, DeviceInfo] = {}
+        for region in self.config.regions:
+            for item in self._inventory(region):
+                devices.setdefault(item.device.device_id, item.device)
+        return list(devices.values())
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        """Readings with ``start <= ts < end``, every ``period_s``; one batch per region and period."""
+        now_s = int(self._clock().timestamp())
+        pieces = segments(
+            math.ceil(start.timestamp()), math.ceil(end.timestamp()), now_s, self.config.period_s
+        )
+        if not pieces:
+            return
+        for region in self.config.regions:
+            inventory = self._inventory(region)
+            if not inventory:
+                continue
+            for lo, hi, period in pieces:
+                batch = self._batch(region, inventory, lo, hi, period)
+                if batch.samples.height:
+                    yield batch
+
+    # ---- what exists
+
+    def _inventory(self, region: str) -> list[_Listed]:
+        """Every series to read in ``region``, tied to its device (or workload), deduplicated."""
+        account = self._account_id(region)
+        cfg = self.config
+        listed: list[_Listed] = []
+        agent = self._list(region, cfg.namespace, AGENT_METRICS)
+        for series in agent:
+            device = self._device(series, region, account, "index", "host")
+            if device is not None:
+                listed.append(_Listed(series, device, "", 0))
+        if cfg.container_insights:
+            ns = cfg.container_insights_namespace
+            nodes: dict[tuple[str, str, int], DeviceInfo] = {}
+            for series in self._list(region, ns, NODE_METRICS):
+                device = self._device(series, region, account, "GpuDevice", "NodeName")
+                if device is not None:
+                    listed.append(_Listed(series, device, "", 1))
+                    nodes[(device.cluster or "", device.node or "", device.gpu_index or 0)] = device
+            for series in self._list(region, ns, {CONTAINER_METRIC: None}):
+                device, key = self._container_device(series, nodes)
+                if device is not None:
+                    listed.append(_Listed(series, device, key, 2))
+        self._fill_instance_types(region, listed)
+        return listed
+
+    def _list(self, region: str, namespace: str, names: Iterable[str]) -> list[_Series]:
+        cloudwatch = self._client(region, "cloudwatch")
+        found: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
+        for name in names:
+            pages = cloudwatch.get_paginator("list_metrics").paginate(Namespace=namespace, MetricName=name)
+            for page in self._call(lambda pages=pages: list(pages), "cloudwatch:ListMetrics"):
+                for metric in page.get("Metrics", []):
+                    dims = tuple((d["Name"], d["Value"]) for d in metric.get("Dimensions", []))
+                    # a set for deduplication; the query keeps the listed order (moto matches
+                    # dimensions in order, CloudWatch as a set)
+                    found.setdefault((name, tuple(sorted(dims))), _Series(namespace, name, dims))
+        return list(found.values())
+
+    @staticmethod
+    def _device(series: _Series, region: str, account: str, gpu_key: str, node_key: str) -> DeviceInfo | None:
+        """The GPU a per-GPU series describes (agent: ``index``/``host``; Container Insights:
+        ``GpuDevice``/``NodeName``); None for a roll-up over GPUs, hosts or a cluster."""
+        dims = dict(series.dims)
+        index, instance, node = _gpu_number(dims.get(gpu_key)), dims.get("InstanceId"), dims.get(node_key)
+        if index is None or not (instance or node):
+            return None
+        return DeviceInfo(
+            device_id=f"{instance or node}/gpu{index}",
+            environment="aws",
+            provider="aws",
+            account=account,
+            region=region,
+            cluster=dims.get("ClusterName"),
+            node=node,
+            instance_id=instance,
+            instance_type=dims.get("InstanceType"),
+            gpu_model=dims.get("name"),
+            gpu_index=index,
+        )
+
+    def _container_device(
+        self, series: _Series, nodes: dict[tuple[str, str, int], DeviceInfo]
+    ) -> tuple[DeviceInfo | None, str]:
+        dims = dict(series.dims)
+        index = _gpu_number(dims.get("GpuDevice"))
+        names = (dims.get("Namespace"), dims.get("PodName"), dims.get("ContainerName"))
+        if index is None or not all(names):
+            return None, ""  # a roll-up, not one container on one GPU
+        cluster, instance, node = dims.get("ClusterName", ""), dims.get("InstanceId"), dims.get("NodeName")
+        candidates = [
+            d
+            for (c, n, i), d in nodes.items()
+            if c == cluster and i == index and (instance is None or d.instance_id == instance)
+            and (node is None or n == node)
+        ]  # fmt: skip
+        if len(candidates) != 1:
+            log.info("container %s/%s/%s on GpuDevice %s: %d candidate GPUs, left unattributed",
+                     *names, dims.get("GpuDevice"), len(candidates))  # fmt: skip
+            return None, ""
+        return candidates[0], "k8s:{}/{}/{}".format(*names)
+
+    def _fill_instance_types(self, region: str, listed: list[_Listed]) -> None:
+        missing = sorted(
+            {x.device.instance_id for x in listed if x.device.instance_id and not x.device.instance_type}
+            - {i for r, i in self._instance_types if r == region}
+        )
+        if missing:
+            ec2 = self._client(region, "ec2")
+            for first in range(0, len(missing), 200):
+                ids = missing[first : first + 200]
+                paginator = ec2.get_paginator("describe_instances")
+                pages = paginator.paginate(Filters=[{"Name": "instance-id", "Values": ids}])
+                found = {
+                    instance["InstanceId"]: instance.get("InstanceType")
+                    for page in self._call(lambda pages=pages: list(pages), "ec2:DescribeInstances")
+                    for reservation in page.get("Reservations", [])
+                    for instance in reservation.get("Instances", [])
+                }
+                for instance_id in ids:  # gone from EC2 (terminated long ago): stays unknown
+                    self._instance_types[(region, instance_id)] = found.get(instance_id)
+        for position, item in enumerate(listed):
+            device = item.device
+            if device.instance_id and not device.instance_type:
+                known = self._instance_types.get((region, device.instance_id))
+                if known:
+                    listed[position] = replace(item, device=replace(device, instance_type=known))
+
+    # ---- reading
+
+    def _batch(self, region: str, inventory: list[_Listed], lo: int, hi: int, period: int) -> SampleBatch:
+        points = self._fetch(region, [x.series for x in inventory], lo, hi, period)
+        table = pl.DataFrame(
+            {
+                "series": np.arange(len(inventory), dtype=np.int64),
+                "device_id": [x.device.device_id for x in inventory],
+                "source_metric": [x.series.metric for x in inventory],
+                "workload_key": [x.workload_key for x in inventory],
+                "rank": np.asarray([x.rank for x in inventory], dtype=np.int64),
+            }
+        )
+        joined = points.join(table, on="series", how="inner")
+        # The agent's reading of a GPU wins over Container Insights' (both may report one GPU).
+        ledger_metric = pl.col("source_metric").replace_strict(_LEDGER_METRIC, default=None)
+        readings = (
+            joined.filter(pl.col("rank") < 2)
+            .with_columns(ledger_metric.alias("_metric"))
+            .sort("rank", maintain_order=True)
+            .unique(subset=["device_id", "_metric", "ts_ms"], keep="first")
+        )
+        samples = to_samples(readings.select("device_id", "ts_ms", "source_metric", "value"), _MAPPING)
+        occupancy = (
+            joined.filter((pl.col("rank") == 2) & pl.col("value").is_not_nan())
+            .select("device_id", "ts_ms", "workload_key")
+            .unique()
+        )
+        workloads: list[WorkloadInfo] = []
+        if occupancy.height:
+            occupancy = occupancy.with_columns((1.0 / pl.len().over("device_id", "ts_ms")).alias("share"))
+            samples = (
+                samples.drop("workload_key", "share")
+                .join(occupancy, on=["device_id", "ts_ms"], how="left")
+                .with_columns(pl.col("workload_key").fill_null(""), pl.col("share").fill_null(1.0))
+                .select(samples.columns)
+            )
+            for key in occupancy["workload_key"].unique().sort().to_list():
+                namespace, pod, _ = key.removeprefix("k8s:").split("/", 2)
+                workloads.append(WorkloadInfo(key, namespace=namespace, workload=pod))
+        seen = set(samples["device_id"].unique().to_list())
+        devices: dict[str, DeviceInfo] = {}
+        for item in sorted(inventory, key=lambda x: x.rank):  # the agent's fields first, gaps filled
+            known = devices.setdefault(item.device.device_id, item.device)
+            gaps = {f: getattr(item.device, f) for f in _FILLABLE if getattr(known, f) is None}
+            devices[known.device_id] = replace(known, **{f: v for f, v in gaps.items() if v is not None})
+        return SampleBatch(samples, [d for k, d in devices.items() if k in seen], workloads)
+
+    def _fetch(self, region: str, series: list[_Series], lo: int, hi: int, period: int) -> pl.DataFrame:
+        """Average datapoints of ``series`` at ``period`` over ``[lo, hi)`` (epoch seconds), each
+        emitted as ``period / period_s`` readings: columns ``series``, ``ts_ms``, ``value``."""
+        cloudwatch = self._client(region, "cloudwatch")
+        start = dt.datetime.fromtimestamp(lo // period * period, dt.UTC)
+        end = dt.datetime.fromtimestamp(_ceil(hi, period), dt.UTC)
+        index: list[np.ndarray] = []
+        stamps: list[Any] = []
+        values: list[Any] = []
+        for first in range(0, len(series), MAX_QUERIES):
+            queries = [
+                s.query(f"q{first + i}", period) for i, s in enumerate(series[first : first + MAX_QUERIES])
+            ]
+            token: str | None = None
+            while True:
+                request: dict[str, Any] = {
+                    "MetricDataQueries": queries,
+                    "StartTime": start,
+                    "EndTime": end,
+                    "ScanBy": "TimestampAscending",
+                }
+                if token:
+                    request["NextToken"] = token
+                page = self._call(
+                    lambda r=request: cloudwatch.get_metric_data(**r), "cloudwatch:GetMetricData"
+                )
+                partial = False
+                for result in page.get("MetricDataResults", []):
+                    partial |= self._check_status(result, region)
+                    ts = result.get("Timestamps", [])
+                    index.append(np.full(len(ts), int(result["Id"][1:]), dtype=np.int64))
+                    stamps.extend(ts)
+                    values.extend(result.get("Values", []))
+                token = page.get("NextToken")
+                if not token:
+                    if partial:
+                        raise RetriableError(
+                            f"{SOURCE} {region}: GetMetricData answered PartialData without a NextToken"
+                        )
+                    break
+        if not stamps:
+            return pl.DataFrame(schema={"series": pl.Int64, "ts_ms": pl.Int64, "value": pl.Float64})
+        ts_ms = pl.Series(stamps, dtype=pl.Datetime("ms", "UTC")).dt.epoch("ms").to_numpy()
+        repeat = period // self.config.period_s
+        offsets = np.arange(repeat, dtype=np.int64) * self.config.period_s * 1000
+        frame = pl.DataFrame(
+            {
+                "series": np.repeat(np.concatenate(index), repeat),
+                "ts_ms": (ts_ms[:, None] + offsets).ravel(),
+                "value": np.repeat(np.asarray(values, dtype=np.float64), repeat),
+            }
+        )
+        return frame.filter(pl.col("ts_ms").is_between(lo * 1000, hi * 1000, closed="left"))
+
+    def _check_status(self, result: dict[str, Any], region: str) -> bool:
+        """Raise on a failed result; True when it is ``PartialData``."""
+        status = result.get("StatusCode", "Complete")
+        messages = "; ".join(f"{m.get('Code')}: {m.get('Value')}" for m in result.get("Messages", []))[:300]
+        if status == "Forbidden":
+            raise permission_error(SOURCE, f"{region} GetMetricData result Forbidden {messages}", PERMISSIONS)
+        if status == "InternalError":
+            raise RetriableError(f"{SOURCE} {region}: GetMetricData result InternalError {messages}")
+        return status == "PartialData"
+
+    # ---- AWS plumbing
+
+    def _base_session(self) -> boto3.Session:
+        if self._session_given is None:
+            cfg = self.config
+            try:
+                self._session_given = boto3.Session(
+                    profile_name=cfg.profile,
+                    aws_access_key_id=cfg.aws_access_key_id.get_secret_value()
+                    if cfg.aws_access_key_id
+                    else None,
+                    aws_secret_access_key=(
+                        cfg.aws_secret_access_key.get_secret_value() if cfg.aws_secret_access_key else None
+                    ),
+                )
+            except ProfileNotFound as exc:
+                raise ConfigurationError(f"{SOURCE}: {exc}") from exc
+        return self._session_given
+
+    def _session(self, region: str) -> boto3.Session:
+        cfg = self.config
+        if cfg.role_arn is None:
+            return self._base_session()
+        cached = self._assumed.get(region)
+        if cached is not None and cached[1] - self._clock() > dt.timedelta(minutes=5):
+            return cached[0]
+        sts = self._raw_client(self._base_session(), "sts", region, base=True)
+        request: dict[str, Any] = {"RoleArn": cfg.role_arn, "RoleSessionName": cfg.role_session_name}
+        if cfg.external_id is not None:
+            request["ExternalId"] = cfg.external_id
+        try:
+            answer = sts.assume_role(**request)
+        except ClientError as exc:
+            if _code(exc) in _DENIED:
+                raise permission_error(
+                    SOURCE,
+                    f"sts:AssumeRole {cfg.role_arn}: {_code(exc)}",
+                    f"sts:AssumeRole on {cfg.role_arn} (and check the role's trust policy and external_id)",
+                ) from exc
+            raise self._mapped(exc, "sts:AssumeRole") from exc
+        except BotoCoreError as exc:
+            raise self._mapped(exc, "sts:AssumeRole") from exc
+        creds = answer["Credentials"]
+        session = boto3.Session(
+            aws_access_key_id=creds["AccessKeyId"],
+            aws_secret_access_key=creds["SecretAccessKey"],
+            aws_session_token=creds["SessionToken"],
+        )
+        for key in [k for k in self._clients if k[0] == region and not k[2]]:
+            self._clients.pop(key).close()  # clients of the expiring credentials
+        self._assumed[region] = (session, creds["Expiration"])
+        return session
+
+    def _client(self, region: str, service: str) -> Any:
+        session = self._session(region)
+        return self._raw_client(session, service, region, base=False)
+
+    def _raw_client(self, session: boto3.Session, service: str, region: str, *, base: bool) -> Any:
+        key = (region, service, base)
+        if key not in self._clients:
+            self._clients[key] = self._make_client(session, service, region)
+        return self._clients[key]
+
+    def _account_id(self, region: str) -> str:
+        if self._account is None:
+            sts = self._client(region, "sts")
+            self._account = self._call(lambda: sts.get_caller_identity()["Account"], "sts:GetCallerIdentity")
+        return self._account
+
+    def _call(self, call: Callable[[], Any], what: str) -> Any:
+        try:
+            return call()
+        except (ClientError, BotoCoreError) as exc:
+            raise self._mapped(exc, what) from exc
+
+    def _mapped(self, exc: Exception, what: str) -> ConnectorError:
+        tries = self.config.max_retries + 1
+        if isinstance(exc, ClientError):
+            code = _code(exc)
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            detail = f"{what}: {code}: {exc.response.get('Error', {}).get('Message', '')}"[:300]
+            if code in _DENIED:
+                return permission_error(SOURCE, detail, PERMISSIONS)
+            if code in _AUTH:
+                return auth_error(SOURCE, detail, _AUTH_NEXT_STEP)
+            if code in _THROTTLING or status == 429 or status >= 500:
+                return RetriableError(f"{SOURCE}: {detail} (after {tries} tries)")
+            return FatalSourceError(f"{SOURCE}: {detail}")
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return auth_error(
+                SOURCE, f"{what}: {exc}", "configure AWS credentials for the connector: " + _AUTH_NEXT_STEP
+            )
+        if isinstance(exc, ProfileNotFound):
+            return ConfigurationError(f"{SOURCE}: {exc}")
+        if isinstance(exc, BotoConnectionError | HTTPClientError):
+            return RetriableError(f"{SOURCE}: {what}: {exc} (after {tries} tries)")
+        return FatalSourceError(f"{SOURCE}: {what}: {type(exc).__name__}: {exc}")
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A series to read, the device it describes, and for a container series its workload key.
+    ``rank``: 0 agent, 1 Container Insights node, 2 Container Insights container (attribution)."""
+
+    series: _Series
+    device: DeviceInfo
+    workload_key: str
+    rank: int
