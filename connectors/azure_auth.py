@@ -21,17 +21,31 @@ from connectors.cloud import auth_error, permission_error
 AUTH_NEXT_STEP = "check tenant_id/client_id/client_secret (or run `az login` for DefaultAzureCredential)"
 
 
-def build_credential(tenant_id: str | None, client_id: str | None, client_secret: SecretStr | None) -> Any:
-    """An azure-identity credential from the three service-principal keys, or the default chain."""
+def build_credential(
+    tenant_id: str | None,
+    client_id: str | None,
+    client_secret: SecretStr | None,
+    authority_host: str | None = None,
+) -> Any:
+    """An azure-identity credential from the three service-principal keys, or the default chain.
+
+    ``authority_host``: the Azure AD (Entra ID) host of a sovereign cloud
+    (``https://login.microsoftonline.us``, ``https://login.chinacloudapi.cn``) or of a private
+    identity endpoint; instance discovery against the public cloud is then skipped, since that
+    host would not know it.
+    """
     given = [tenant_id is not None, client_id is not None, client_secret is not None]
     if any(given) and not all(given):
         raise ConfigurationError("tenant_id, client_id and client_secret go together (a service principal)")
     from azure.identity import ClientSecretCredential, DefaultAzureCredential
 
+    options: dict[str, Any] = {}
+    if authority_host is not None:
+        options = {"authority": authority_host, "disable_instance_discovery": True}
     if all(given):
         assert tenant_id is not None and client_id is not None and client_secret is not None
-        return ClientSecretCredential(tenant_id, client_id, client_secret.get_secret_value())
-    return DefaultAzureCredential()
+        return ClientSecretCredential(tenant_id, client_id, client_secret.get_secret_value(), **options)
+    return DefaultAzureCredential(**options)
 
 
 def call_azure(source: str, permission: str, request: Callable[[], Any]) -> Any:

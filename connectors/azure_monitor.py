@@ -136,7 +136,7 @@ class AzureMonitorConfig(CloudMetricsConfig):
     * ``node_resource_group``: the AKS node resource group, for VMSS ``instance_id`` s; without it,
       ``MC_<rg>_<cluster>_<region>`` from the rows' cluster id (else ``resource_group``/``cluster``).
     * ``tenant_id``, ``client_id``, ``client_secret``: a service principal; none of them means
-      ``DefaultAzureCredential``.
+      ``DefaultAzureCredential``. ``authority_host``: the Azure AD host of a sovereign cloud.
     * ``logs_endpoint`` (default ``https://api.loganalytics.io``), ``metrics_endpoint`` (default
       ``https://<region>.metrics.monitor.azure.com``), ``metrics_audience``: sovereign clouds, tests.
     * ``ca_file``: PEM bundle to verify the endpoints with (azure-core ``connection_verify``).
@@ -151,6 +151,7 @@ class AzureMonitorConfig(CloudMetricsConfig):
     region: str | None = None
     node_resource_group: str | None = None
     tenant_id: str | None = None
+    authority_host: str | None = None
     client_id: str | None = None
     client_secret: SecretStr | None = None
     logs_endpoint: str | None = None
@@ -218,7 +219,7 @@ class AzureMonitorConnector:
     def _cred(self) -> Any:
         if self._credential is None:
             c = self.config
-            self._credential = build_credential(c.tenant_id, c.client_id, c.client_secret)
+            self._credential = build_credential(c.tenant_id, c.client_id, c.client_secret, c.authority_host)
             self._owned.append(self._credential)
         return self._credential
 

@@ -37,14 +37,15 @@ REFRESH_BEFORE_S = 300.0
 class AzurePrometheusConfig(PrometheusConfig):
     """``type = "azure_prometheus"``: ``url`` is the workspace's Prometheus query endpoint.
 
-    Adds ``tenant_id``, ``client_id``, ``client_secret`` (none of them: ``DefaultAzureCredential``)
-    and ``token_scope``. ``username``/``password``/``bearer_token`` are refused: Azure AD signs
-    the requests.
+    Adds ``tenant_id``, ``client_id``, ``client_secret`` (none of them: ``DefaultAzureCredential``),
+    ``authority_host`` (a sovereign cloud's Azure AD host) and ``token_scope``.
+    ``username``/``password``/``bearer_token`` are refused: Azure AD signs the requests.
     """
 
     type: str = "azure_prometheus"
     environment: Literal["onprem", "aws", "gcp", "azure"] = "azure"
     tenant_id: str | None = None
+    authority_host: str | None = None
     client_id: str | None = None
     client_secret: SecretStr | None = None
     token_scope: str = DEFAULT_SCOPE
@@ -67,7 +68,8 @@ class AzurePrometheusConfig(PrometheusConfig):
     def auth(self) -> httpx.Auth | None:
         if self._token_auth is None:  # a config used on its own: build the credential now
             self._token_auth = AzureTokenAuth(
-                build_credential(self.tenant_id, self.client_id, self.client_secret), self.token_scope
+                build_credential(self.tenant_id, self.client_id, self.client_secret, self.authority_host),
+                self.token_scope,
             )
         return self._token_auth
 
@@ -117,7 +119,9 @@ class AzurePrometheusConnector(PrometheusConnector):
         self._credential = (
             credential
             if credential is not None
-            else build_credential(config.tenant_id, config.client_id, config.client_secret)
+            else build_credential(
+                config.tenant_id, config.client_id, config.client_secret, config.authority_host
+            )
         )
         self._owns_credential = credential is None
         super().__init__(config.with_credential(self._credential), client=client, clock=clock, sleep=sleep)

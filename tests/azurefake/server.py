@@ -28,7 +28,7 @@ class Request:
     path: str
     query: dict[str, list[str]]
     headers: dict[str, str]  # lower-case names
-    body: Any  # parsed JSON, or None
+    body: Any  # parsed JSON, the text of another body, or None
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ def fake_azure(tmp_path: Path, respond: Callable[[Request], Reply]) -> Iterator[
                 path=split.path,
                 query=parse_qs(split.query),
                 headers={k.lower(): v for k, v in self.headers.items()},
-                body=json.loads(raw) if raw else None,
+                body=_body(raw, self.headers.get("Content-Type", "")),
             )
             fake.requests.append(request)
             reply = fake.respond(request)
@@ -100,6 +100,12 @@ def fake_azure(tmp_path: Path, respond: Callable[[Request], Reply]) -> Iterator[
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def _body(raw: bytes, content_type: str) -> Any:
+    if not raw:
+        return None
+    return json.loads(raw) if "json" in content_type or not content_type else raw.decode()
 
 
 class StaticCredential:
