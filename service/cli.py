@@ -180,6 +180,10 @@ def ingest(
         extra = {"engine": engine} if connector_config.type == "agent" else {}
         connector = default_registry().build(connector_config, **extra)
         prepare(engine, settings)
+        if getattr(connector, "kind", None) == "billing":
+            # Billing exports are replaced by billing period, not by hour: the window as given.
+            _ingest_billing(engine, name, connector, start_utc, end_utc, settings)
+            return
         with ChunkProgress(f"ingest {name}") as progress:
             progress.set_window(*aligned)
             result = ingest_window(
@@ -197,6 +201,74 @@ def ingest(
         close_connector(connector)
         engine.dispose()
     typer.echo(f"{name}: {_describe(result)}")
+
+
+def _ingest_billing(
+    engine: Any, name: str, connector: Any, start: dt.datetime, end: dt.datetime, settings: Settings
+) -> None:
+    """Import a billing connector's files with a progress bar per file, print the summary; exit 1
+    when a file could not be read at all."""
+    from service.billing.ingest import ingest_billing
+
+    with _file_progress(f"ingest {name}") as progress:
+        result = ingest_billing(
+            engine,
+            name,
+            connector,
+            start,
+            end,
+            catalog=settings.instance_catalog(),
+            on_file=progress,
+        )
+    for line in billing_summary(result):
+        typer.echo(line)
+    if result.failed_files:
+        raise typer.Exit(FAILURE_EXIT)
+
+
+def _file_progress(description: str) -> Any:
+    """``service.progress.ChunkProgress`` counting files instead of hours."""
+    from rich.progress import TextColumn
+
+    from service.progress import ChunkProgress
+
+    progress = ChunkProgress(description)
+    progress.progress.columns = tuple(
+        TextColumn("files") if isinstance(c, TextColumn) and c.text_format == "hours" else c
+        for c in progress.progress.columns
+    )
+    return progress
+
+
+def billing_summary(result: Any) -> list[str]:
+    """The import summary: files, counts (read = accepted + refused + skipped), unknown instance
+    types, where the refused rows are."""
+    failed = result.failed_files
+    lines = [
+        f"{result.connector}: status={result.status} files={len(result.files)} failed={len(failed)} "
+        f"read={result.read} accepted={result.accepted} refused={result.refused} "
+        f"skipped={result.skipped} replaced={result.lines_replaced}"
+    ]
+    for f in result.files:
+        if f.error:
+            lines.append(f"  FAILED {f.error}")
+        else:
+            skipped = ", ".join(f"{n} {r}" for r, n in sorted(f.skipped_reasons.items()))
+            lines.append(
+                f"  {f.source_file}: read={f.read} accepted={f.accepted} refused={f.refused} "
+                f"skipped={f.skipped}" + (f" ({skipped})" if skipped else "")
+            )
+    if result.refused or failed:
+        lines.append(
+            f"  refused rows: table rejection, run_id={result.run_id} "
+            f"(SELECT file, line, field, reason FROM rejection WHERE run_id = {result.run_id})"
+        )
+    if result.unknown_types:
+        lines.append(
+            "  unknown GPU instance types (no GPU count, not priced; add [[instance_types]]): "
+            + ", ".join(result.unknown_types)
+        )
+    return lines
 
 
 def _describe(result: Any) -> str:

@@ -17,6 +17,12 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     [[sites]]        # service.pricing.tco.SiteConfig
     [[rate_cards]]   # service.pricing.rates.RateCardConfig
     [[fx_rates]]     # service.pricing.fx.FxRateConfig
+    [[instance_types]]  # service.billing.catalog.InstanceTypeConfig: GPUs per instance type
+    instance_type = "p5.48xlarge"  # adds to (or replaces an entry of) the bundled catalog
+    gpu_model = "NVIDIA H100 80GB"
+    gpu_count = 8
+    gpu_memory_gib = 80            # optional, memory of one GPU
+    provider = "aws"               # optional
 
 Environment variables win over the file for scalars (``GPU_LEDGER_DATABASE_URL``,
 ``GPU_LEDGER_LOG_LEVEL``…) and for connector keys: ``GPU_LEDGER_CONNECTORS__<NAME>__<KEY>=value``
@@ -80,12 +86,19 @@ def _fx_rate_model() -> type:
     return FxRateConfig
 
 
+def _instance_type_model() -> type:
+    from service.billing.catalog import InstanceTypeConfig
+
+    return InstanceTypeConfig
+
+
 #: Array tables besides ``[[connectors]]`` and the model each entry is validated with (imported
 #: lazily so settings load even while pricing is being worked on).
 TABLE_MODELS: dict[str, Callable[[], type]] = {
     "sites": _site_model,
     "rate_cards": _rate_card_model,
     "fx_rates": _fx_rate_model,
+    "instance_types": _instance_type_model,
 }
 
 
@@ -110,6 +123,9 @@ class Settings(BaseSettings):
     sites: list[Any] = Field(default_factory=list, description="service.pricing.tco.SiteConfig")
     rate_cards: list[Any] = Field(default_factory=list, description="service.pricing.rates.RateCardConfig")
     fx_rates: list[Any] = Field(default_factory=list, description="service.pricing.fx.FxRateConfig")
+    instance_types: list[Any] = Field(
+        default_factory=list, description="service.billing.catalog.InstanceTypeConfig"
+    )
     config_path: Path | None = Field(default=None, description="the TOML file these came from")
 
     @field_validator("log_level")
@@ -124,7 +140,7 @@ class Settings(BaseSettings):
     def _connectors(cls, value: Any) -> Any:
         return [c if isinstance(c, ConnectorConfig) else validate_config(c) for c in value or []]
 
-    @field_validator("sites", "rate_cards", "fx_rates", mode="before")
+    @field_validator("sites", "rate_cards", "fx_rates", "instance_types", mode="before")
     @classmethod
     def _tables(cls, value: Any, info: Any) -> list[Any]:
         return _validate_list(info.field_name, value)
@@ -144,6 +160,12 @@ class Settings(BaseSettings):
                 return config
         names = ", ".join(c.name for c in self.connectors) or "none configured"
         raise KeyError(f'no connector named "{name}"; configured: {names}')
+
+    def instance_catalog(self) -> Any:
+        """The bundled GPU instance catalog with this config's ``[[instance_types]]`` applied."""
+        from service.billing.catalog import load_catalog
+
+        return load_catalog(self.instance_types)
 
     def api_settings(self) -> Any:
         """``service.api.context.ApiSettings`` from these settings."""

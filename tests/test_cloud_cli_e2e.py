@@ -214,6 +214,8 @@ def _ingest(config: Path, name: str, env: dict[str, str]) -> str:
                "--start", H.isoformat(), "--end", (H + dt.timedelta(hours=1)).isoformat()]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{name}: {done.stdout}\n{done.stderr}"
+    for secret in (SECRET, SECRET_VALUE):  # never in the output or the logs
+        assert secret not in done.stdout and secret not in done.stderr
     return done.stdout
 
 
@@ -239,6 +241,7 @@ def test_cloud_connectors_run_from_config_and_answer_next_to_onprem(
         with TestClient(create_app(settings, engine)) as client:
             window = {"start": H.isoformat(), "end": (H + dt.timedelta(hours=1)).isoformat()}
             query = """query($w: TimeWindow!) {
+              connectors { name type status lastError }
               usage(window: $w, groupBy: [ENVIRONMENT, ACCOUNT]) {
                 environment account gpuHours effectiveGpuHours idleGpuHours }
               effectiveCost(window: $w, groupBy: [ENVIRONMENT, ACCOUNT]) {
@@ -250,6 +253,10 @@ def test_cloud_connectors_run_from_config_and_answer_next_to_onprem(
     finally:
         engine.dispose()
     assert "errors" not in reply, reply
+    assert {c["name"]: c["status"] for c in reply["data"]["connectors"]} == dict.fromkeys(
+        ("onprem", "aws", "gcp", "azure"), "OK"
+    )
+    assert SECRET not in json.dumps(reply) and SECRET_VALUE not in json.dumps(reply)
     # The connectors' accounts; the demo fleet's own cloud GPUs live in other accounts.
     usage = {(r["environment"], r["account"]): r for r in reply["data"]["usage"]}
     cost = {(r["environment"], r["account"]): r for r in reply["data"]["effectiveCost"]}

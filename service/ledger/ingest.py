@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlmodel import Session
 
 from connectors.base import ConnectorError, ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
@@ -21,9 +21,12 @@ from service.ledger import store
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
-from service.models import ConnectorRun, ConnectorState, Rejection
+from service.models import Rejection
 from service.pricing.apply import PriceBook, price_rows
 from service.pricing.tco import SiteConfig
+from service.runs import begin_run as _begin
+from service.runs import finish_run as _finish
+from service.runs import last_watermark as last_watermark
 from service.timeutil import HOUR_MS, ceil_hour, floor_hour, from_ms, to_ms
 
 DAY = dt.timedelta(days=1)
@@ -220,55 +223,3 @@ _WORKLOAD_SCHEMA = {
     "workload": pl.String,
 }
 
-
-def _begin(
-    engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime
-) -> int:
-    with Session(engine) as session:
-        state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
-        state.status = ConnectorStatus.RUNNING
-        state.last_run_at = now
-        session.add(state)
-        run = ConnectorRun(
-            connector=name, window_start=start, window_end=end, started_at=now, status="RUNNING"
-        )
-        session.add(run)
-        session.commit()
-        assert run.id is not None
-        return run.id
-
-
-def _finish(
-    engine: Engine,
-    name: str,
-    run_id: int,
-    status: ConnectorStatus,
-    totals: dict[str, int],
-    now: dt.datetime,
-    *,
-    watermark: dt.datetime | None = None,
-    error: str | None = None,
-) -> None:
-    with Session(engine) as session:
-        state = session.get(ConnectorState, name)
-        run = session.get(ConnectorRun, run_id)
-        assert state is not None and run is not None
-        state.status = status
-        state.last_error = error
-        if watermark is not None:
-            state.last_success_at = now
-            state.watermark = watermark if state.watermark is None else max(state.watermark, watermark)
-        run.status, run.finished_at, run.error = status, now, error
-        run.read, run.accepted, run.rejected, run.ledger_rows = (
-            totals["read"],
-            totals["accepted"],
-            totals["rejected"],
-            totals["rows"],
-        )
-        session.add_all([state, run])
-        session.commit()
-
-
-def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
-    with Session(engine) as session:
-        return session.execute(select(ConnectorState.watermark).where(ConnectorState.name == name)).scalar()
