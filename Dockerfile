@@ -18,7 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/ledger ledger \
     && mkdir -p /data && chown ledger:ledger /data
 COPY --from=build /dist/*.whl /tmp/wheels/
-RUN pip install /tmp/wheels/*.whl && rm -rf /tmp/wheels
+# The cloud extras (boto3, google-cloud-monitoring, azure-monitor-query…) for the cloud connectors.
+RUN whl=$(ls /tmp/wheels/*.whl) && pip install "${whl}[cloud]" && rm -rf /tmp/wheels
 USER ledger
 WORKDIR /data
 VOLUME ["/data"]
