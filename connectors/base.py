@@ -13,7 +13,7 @@ agent's 100 MB RSS budget (issue 3, measured in BENCHMARKS.md).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -247,6 +247,15 @@ class BillingConnector(Protocol):
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[Any]:
         """Normalized billing lines whose usage overlaps ``[start, end)``."""
         ...
+
+
+def devices_in(batches: Iterable[SampleBatch]) -> list[DeviceInfo]:
+    """The devices a run of batches describes (a later description of a device wins): what a
+    connector's ``discover()`` returns after collecting a recent window."""
+    devices: dict[str, DeviceInfo] = {}
+    for batch in batches:
+        devices.update((d.device_id, d) for d in batch.devices)
+    return list(devices.values())
 
 
 def empty_samples() -> pl.DataFrame:

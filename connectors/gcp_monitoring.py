@@ -76,6 +76,7 @@ from connectors.base import (
     RetriableError,
     SampleBatch,
     WorkloadInfo,
+    devices_in,
 )
 from connectors.cloud import (
     CloudMetricsConfig,
@@ -243,10 +244,7 @@ class GcpMonitoringConnector:
         """GPUs that reported in the last 10 minutes (or 4 periods, if longer)."""
         end = self._clock()
         start = end - dt.timedelta(seconds=max(600, 4 * self.config.period_s))
-        devices: dict[str, DeviceInfo] = {}
-        for batch in self.collect(start, end):
-            devices.update((d.device_id, d) for d in batch.devices)
-        return list(devices.values())
+        return devices_in(self.collect(start, end))
 
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
         """Readings with ``start <= ts < end``, one batch per project."""

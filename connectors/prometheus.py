@@ -36,6 +36,7 @@ from connectors.base import (
     RetriableError,
     SampleBatch,
     Sampling,
+    devices_in,
 )
 from connectors.dcgm import DEFAULT_NODE_LABELS, FIELDS, Series, Stamp, to_batch
 from service.timeutil import to_ms
@@ -227,10 +228,7 @@ class PrometheusConnector:
         """GPUs that reported in the last 10 minutes (or 4 steps, if longer)."""
         end = self._clock()
         start = end - dt.timedelta(milliseconds=max(600_000, 4 * self._step_ms))
-        devices: dict[str, DeviceInfo] = {}
-        for batch in self.collect(start, end):
-            devices.update((d.device_id, d) for d in batch.devices)
-        return list(devices.values())
+        return devices_in(self.collect(start, end))
 
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
         """Readings on the step grid with ``start <= ts < end``, one batch per chunk (≤ 1 day)."""
