@@ -164,7 +164,11 @@ class BillingSource(Protocol):
     kind: ClassVar[Literal["billing"]]
     config_model: ClassVar[type[ConnectorConfig]]
 
-    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]: ...
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
+        """One item per export file (or chunk of one). A file that cannot be read at all is
+        *yielded* as its :class:`BillingFileError`, not raised: raising would end the generator
+        and the files after it would not be read."""
+        ...
 
 
 def empty_lines() -> pl.DataFrame:

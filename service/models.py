@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Integer, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
@@ -199,7 +199,11 @@ class BillingLine(SQLModel, table=True):
         Index("ix_billing_line_source_file", "source", "source_file"),
     )
 
-    id: int | None = Field(default=None, primary_key=True, sa_type=BigInteger)
+    # BIGINT for a large organisation's CUR history; INTEGER on SQLite, where only an INTEGER
+    # primary key is the auto-numbered rowid.
+    id: int | None = Field(
+        default=None, primary_key=True, sa_type=BigInteger().with_variant(Integer, "sqlite")
+    )
     source: str = Field(max_length=100, description="the billing connector instance")
     source_file: str = Field(max_length=1000)
     line_no: int

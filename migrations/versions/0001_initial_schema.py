@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-30 13:46:55.701758
+Create Date: 2026-11-30 13:56:50.298309
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "billing_line",
-        sa.Column("id", sa.BigInteger(), nullable=False),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("source", sa.String(length=100), nullable=False),
         sa.Column("source_file", sa.String(length=1000), nullable=False),
         sa.Column("line_no", sa.Integer(), nullable=False),

@@ -222,4 +222,3 @@ _WORKLOAD_SCHEMA = {
     "namespace": pl.String,
     "workload": pl.String,
 }
-

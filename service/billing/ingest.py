@@ -1,0 +1,484 @@
+"""Importing a billing connector's export files into ``billing_line`` (issue 5).
+
+``ingest_billing`` reads the connector's :class:`~connectors.billing.BillingBatch` objects for a
+window and, for each:
+
+1. completes GPU counts and GPU-hours from the instance catalog (:func:`catalog.fill_gpus`); an
+   instance type that looks like a GPU family but is unknown is named in the result (and logged),
+   its lines keep a null GPU count — they are never priced as 0 GPUs silently;
+2. checks what the database relies on, so one bad line cannot abort a whole file: required
+   values present, the currency an ISO 4217 code, text within the column's length, money within
+   NUMERIC(24, 9), and ``line_key`` unique per source — a repeated key (a duplicated line item
+   id, in the same file, another file of the run, or a file imported earlier that is not being
+   replaced) is refused, naming file, line and column ``line_key`` and where the first one is;
+3. replaces what the batch says it replaces (``BillingBatch`` docstring): with a billing period,
+   all the source's lines charged in it (and the lines of the batch's files) — so a newer AWS
+   assembly supersedes the old one and a re-import is exact; without one, the file's lines. The
+   delete, the insert and the ``billing_file`` rows of one period (or file) are ONE transaction.
+   Batches of one period are expected one after another (a CUR in parts): a period that shows up
+   again later in the same run is appended to, not replaced a second time.
+
+Refused rows (the parser's and the ingestor's) go to the ``rejection`` table with the run id. A
+file that cannot be read at all (:class:`~connectors.billing.BillingFileError`, raised by the
+connector's iterator or yielded in place of a batch) gets a ``billing_file`` row with its error and
+a rejection; the other files go on. A connector whose ``read`` is a plain generator cannot go on
+after raising: its remaining files are then not read, which the failed status makes visible.
+
+The run is recorded like a metrics window (``service.runs``): status ``OK``; ``MISSING_DATA``
+when the source had no file for the window; ``PARSE_ERROR`` when a file failed; a connector error's
+own status when reading failed. The watermark moves to the window's end only on ``OK``.
+
+Afterwards the ``after_import`` hook re-prices the ledger over the charge periods touched (by
+default ``service.billing.rates.reprice(engine, start, end)`` when that module is installed).
+
+Money: columns are ``Decimal(38, 9)``; the database keeps 1e-9 exactly (``service.money``).
+Rounding to 1e-9 is half-even — what Polars does when a parser casts the export's text to
+``Decimal(38, 9)`` (``"1617.803491945205"`` → ``1617.803491945``) and what ``Money`` does on bind —
+so a parser only needs ``pl.col(x).str.strip_chars().cast(MONEY)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.util
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import polars as pl
+from sqlalchemy import Engine
+
+from connectors.base import ConnectorError, ConnectorStatus
+from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
+from service.billing import store
+from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
+from service.billing.currencies import BILLING_CURRENCIES
+from service.models import BillingLine
+from service.runs import begin_run, finish_run
+
+log = logging.getLogger(__name__)
+
+Period = tuple[dt.datetime, dt.datetime]
+AfterImport = Callable[[Engine, list[Period]], None]
+RATES_MODULE = "service.billing.rates"
+
+#: Columns ``billing_line`` requires (NOT NULL beyond the ones the ingestor sets).
+REQUIRED = (
+    "source_file",
+    "line_no",
+    "line_key",
+    "provider",
+    "charge_start",
+    "charge_end",
+    "charge_category",
+    "billed_cost",
+    "effective_cost",
+    "currency",
+)
+#: The largest amount a money column holds: NUMERIC(24, 9) on PostgreSQL has 15 integer digits;
+#: SQLite keeps a 64-bit count of nanos (about 9.2 billion units).
+MONEY_LIMITS = {"postgresql": Decimal("1e15"), "sqlite": Decimal(2**63 - 1).scaleb(-9)}
+_MONEY_COLUMNS = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]
+_LENGTHS = {
+    c.name: c.type.length
+    for c in BillingLine.__table__.columns
+    if getattr(c.type, "length", None) and c.name in BILLING_SCHEMA
+}
+
+
+@dataclass(slots=True)
+class FileSummary:
+    """One export file: ``read == accepted + refused + skipped``; ``error`` when unreadable."""
+
+    source_file: str
+    read: int = 0
+    accepted: int = 0
+    refused: int = 0
+    skipped: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
+    period_start: dt.datetime | None = None
+    assembly_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BillingImportResult:
+    """What one ``ingest_billing`` did; ``read == accepted + refused + skipped``."""
+
+    connector: str
+    start: dt.datetime
+    end: dt.datetime
+    status: ConnectorStatus
+    run_id: int
+    files: tuple[FileSummary, ...]
+    read: int
+    accepted: int
+    refused: int
+    skipped: int
+    unknown_types: tuple[str, ...]
+    lines_replaced: int
+
+    @property
+    def failed_files(self) -> tuple[FileSummary, ...]:
+        return tuple(f for f in self.files if f.error is not None)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """The checked batches of one replacement unit (a billing period or a file)."""
+
+    period: Period | None
+    files: dict[str, FileSummary] = field(default_factory=dict)
+    frames: list[pl.DataFrame] = field(default_factory=list)
+    refused: list[RefusedRow] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)  # a line's source_file → its batch's file
+
+
+def ingest_billing(
+    engine: Engine,
+    name: str,
+    connector: object,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    catalog: InstanceCatalog | None = None,
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    on_file: Callable[[FileSummary], None] | None = None,
+    after_import: AfterImport | None = None,
+) -> BillingImportResult:
+    """Import the export files of billing connector ``name`` whose periods overlap ``[start, end)``."""
+    if end <= start:
+        raise ValueError(
+            f"billing window is empty: end {end.isoformat()} is not after start {start.isoformat()}"
+        )
+    catalog = catalog or bundled_catalog()
+    hook = after_import if after_import is not None else default_after_import()
+    run_id = begin_run(engine, name, type(connector).__name__, start, end, clock())
+    importer = _Importer(engine, name, run_id, catalog, on_file, clock)
+    try:
+        for item in _items(connector.read(start, end)):  # type: ignore[attr-defined]
+            if isinstance(item, BillingFileError):
+                importer.failed(item)
+            else:
+                importer.add(item)
+        importer.flush()
+        if hook is not None and importer.periods:
+            hook(engine, merge_periods(importer.periods))
+    except ConnectorError as error:
+        importer.flush_quietly()
+        finish_run(engine, name, run_id, error.status, importer.totals(), clock(), error=str(error))
+        raise
+    except Exception as error:
+        finish_run(
+            engine,
+            name,
+            run_id,
+            ConnectorStatus.PARSE_ERROR,
+            importer.totals(),
+            clock(),
+            error=f"{type(error).__name__}: {error}",
+        )
+        raise
+    files = tuple(importer.files)
+    failed = [f for f in files if f.error]
+    unknown = tuple(sorted(importer.unknown))
+    if failed:
+        status = ConnectorStatus.PARSE_ERROR
+        error: str | None = f"{len(failed)} file(s) could not be read: " + "; ".join(
+            str(f.error) for f in failed
+        )
+    else:
+        status = ConnectorStatus.OK if files else ConnectorStatus.MISSING_DATA
+        error = None
+    now = clock()
+    # The window is in only when every file of it is: a failed or missing file leaves the
+    # watermark where it was, so the next run reads the window again.
+    watermark = min(end, max(start, now)) if status == ConnectorStatus.OK else None
+    finish_run(engine, name, run_id, status, importer.totals(), now, watermark=watermark, error=error)
+    result = BillingImportResult(
+        connector=name,
+        start=start,
+        end=end,
+        status=status,
+        run_id=run_id,
+        files=files,
+        read=sum(f.read for f in files),
+        accepted=sum(f.accepted for f in files),
+        refused=sum(f.refused for f in files),
+        skipped=sum(f.skipped for f in files),
+        unknown_types=unknown,
+        lines_replaced=importer.replaced,
+    )
+    return result
+
+
+def _items(batches: Iterator[BillingBatch] | object) -> Iterator[BillingBatch | BillingFileError]:
+    """The connector's batches; a ``BillingFileError`` raised by its iterator becomes an item, and
+    the iterator is asked for the next file (a generator that raised is finished: that ends it)."""
+    iterator = iter(batches)  # type: ignore[call-overload]
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except BillingFileError as error:
+            item = error
+        yield item
+
+
+class _Importer:
+    def __init__(
+        self,
+        engine: Engine,
+        source: str,
+        run_id: int,
+        catalog: InstanceCatalog,
+        on_file: Callable[[FileSummary], None] | None,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self.engine, self.source, self.run_id, self.catalog = engine, source, run_id, catalog
+        self.on_file, self.clock = on_file, clock
+        self.files: list[FileSummary] = []
+        self.pending: _Pending | None = None
+        self.pending_key: tuple[object, ...] | None = None
+        self.done: set[tuple[object, ...]] = set()
+        self.seen = pl.DataFrame(
+            schema={"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
+        )
+        self.periods: list[Period] = []
+        self.unknown: set[str] = set()
+        self.replaced = 0
+        self.written = 0
+
+    def totals(self) -> dict[str, int]:
+        # connector_run keeps read == accepted + rejected: rows skipped by a documented rule are
+        # counted per file (billing_file.rows_skipped), not here.
+        accepted = sum(f.accepted for f in self.files)
+        refused = sum(f.refused for f in self.files)
+        return {"read": accepted + refused, "accepted": accepted, "rejected": refused, "rows": self.written}
+
+    # --- batches ---------------------------------------------------------------------------------
+
+    def add(self, batch: BillingBatch) -> None:
+        period = (batch.period_start, batch.period_end) if batch.period_start and batch.period_end else None
+        key: tuple[object, ...] = ("period", *period) if period else ("file", batch.source_file)
+        if key != self.pending_key:
+            self.flush()
+            self.pending, self.pending_key = _Pending(period), key
+        assert self.pending is not None
+        lines = fill_gpus(conform(batch.lines), self.catalog)
+        unknown = unknown_gpu_types(lines, self.catalog)
+        if unknown:
+            log.warning(
+                "billing %s: instance types with no known GPU count (add [[instance_types]]): %s",
+                self.source,
+                ", ".join(unknown),
+            )
+            self.unknown.update(unknown)
+        if batch.source_file:
+            lines = lines.with_columns(pl.col("source_file").fill_null(batch.source_file))
+        name = batch.source_file or (str(lines["source_file"][0]) if lines.height else "")
+        summary = self.pending.files.setdefault(name, FileSummary(name))
+        for other in lines["source_file"].drop_nulls().unique().to_list():
+            self.pending.aliases[other] = name
+        lines, refused = self._check(lines)
+        summary.read += batch.read
+        summary.skipped += batch.skipped
+        for reason, n in batch.skipped_reasons.items():
+            summary.skipped_reasons[reason] = summary.skipped_reasons.get(reason, 0) + n
+        summary.period_start, summary.assembly_id = batch.period_start, batch.assembly_id
+        # Counted against the batch's file: refusals are counted where the rows were read.
+        summary.refused += len(batch.refused) + len(refused)
+        summary.accepted += lines.height
+        self.pending.frames.append(lines)
+        self.pending.refused += [*batch.refused, *refused]
+
+    def _check(self, lines: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        limit = MONEY_LIMITS.get(self.engine.dialect.name, MONEY_LIMITS["postgresql"])
+        limit = min(limit, Decimal("1e15") - Decimal("1e-9"))
+        rules: list[tuple[str, str, pl.Expr]] = [
+            (c, "a required value is missing", pl.col(c).is_null()) for c in REQUIRED
+        ]
+        rules.append(
+            (
+                "currency",
+                "not an ISO 4217 currency code",
+                ~pl.col("currency").is_in(sorted(BILLING_CURRENCIES)),
+            )
+        )
+        rules += [
+            (c, f"longer than {n} characters", pl.col(c).str.len_chars() > n) for c, n in _LENGTHS.items()
+        ]
+        rules += [
+            (c, f"amount out of range (the database holds up to {limit})", pl.col(c).abs() > limit)
+            for c in _MONEY_COLUMNS
+        ]
+        first = pl.col("line_no").first().over("line_key")
+        first_file = pl.col("source_file").first().over("line_key")
+        rules.append(("line_key", "duplicated line item id", ~pl.col("line_key").is_first_distinct()))
+        code = pl.lit(None, dtype=pl.Int32)
+        for index in reversed(range(len(rules))):
+            code = (
+                pl.when(rules[index][2].fill_null(False)).then(pl.lit(index, dtype=pl.Int32)).otherwise(code)
+            )
+        tagged = lines.with_columns(
+            code.alias("_bad"), first.alias("_first_line"), first_file.alias("_first_file")
+        )
+        # A key already taken by a line of an earlier batch of this run.
+        earlier = tagged.join(
+            self.seen.rename({"source_file": "_seen_file", "line_no": "_seen_line"}),
+            on="line_key",
+            how="left",
+            maintain_order="left",
+        )
+        dup_index = len(rules) - 1
+        earlier = earlier.with_columns(
+            pl.when(pl.col("_bad").is_null() & pl.col("_seen_file").is_not_null())
+            .then(pl.lit(dup_index, dtype=pl.Int32))
+            .otherwise(pl.col("_bad"))
+            .alias("_bad"),
+            pl.coalesce("_seen_file", "_first_file").alias("_first_file"),
+            pl.coalesce("_seen_line", "_first_line").alias("_first_line"),
+        )
+        bad = earlier.filter(pl.col("_bad").is_not_null())
+        refused = []
+        for row in bad.iter_rows(named=True):
+            column, reason, _ = rules[row["_bad"]]
+            if column == "line_key":
+                where = f"line {row['_first_line']} of {row['_first_file']}"
+                reason = f"{reason} {row['line_key']!r}: first on {where}"
+            elif row.get(column) is not None:
+                reason = f"{reason}: {row[column]!r}"
+            refused.append(RefusedRow(row["source_file"] or "", row["line_no"], column, reason, _raw(row)))
+        good = earlier.filter(pl.col("_bad").is_null()).select(list(BILLING_SCHEMA))
+        self.seen = pl.concat([self.seen, good.select("line_key", "source_file", "line_no")])
+        return good, refused
+
+    def failed(self, error: BillingFileError) -> None:
+        self.flush()
+        summary = FileSummary(error.row.file, error=str(error))
+        with self.engine.begin() as conn:
+            store.replace_file_rows(conn, self.source, [_file_row(summary, self.clock())])
+            store.insert_rejections(conn, self.run_id, self.source, [error.row])
+        self.files.append(summary)
+        if self.on_file is not None:
+            self.on_file(summary)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        pending, key = self.pending, self.pending_key
+        self.pending = self.pending_key = None
+        if pending is None or key is None:
+            return
+        lines = pl.concat(pending.frames) if pending.frames else conform(pl.DataFrame())
+        again = key in self.done  # this run already replaced that period: append only
+        with self.engine.begin() as conn:
+            if not again:
+                deleted = store.delete_lines(
+                    conn, self.source, period=pending.period, files=sorted({*pending.files, *pending.aliases})
+                )
+                self.replaced += deleted.lines
+                if deleted.first_start and deleted.last_end:
+                    self.periods.append((deleted.first_start, deleted.last_end))
+                if pending.period is not None:
+                    store.delete_period_files(conn, self.source, pending.period[0])
+            lines, taken = self._taken_elsewhere(conn, lines, pending)
+            self.written += store.insert_lines(conn, self.source, lines)
+            now = self.clock()
+            store.replace_file_rows(conn, self.source, [_file_row(f, now) for f in pending.files.values()])
+            store.insert_rejections(conn, self.run_id, self.source, [*pending.refused, *taken])
+        self.done.add(key)
+        if pending.period is not None:
+            self.periods.append(pending.period)
+        if lines.height:
+            self.periods.append((lines["charge_start"].min(), lines["charge_end"].max()))  # type: ignore[arg-type]
+        for summary in pending.files.values():
+            self.files.append(summary)
+            if self.on_file is not None:
+                self.on_file(summary)
+
+    def flush_quietly(self) -> None:
+        """Store what was read before a connector error (its files are complete batches)."""
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001  (the connector error is the one to report)
+            log.exception("billing %s: storing the files read before the error failed", self.source)
+
+    def _taken_elsewhere(
+        self, conn: object, lines: pl.DataFrame, pending: _Pending
+    ) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        """Refuse lines whose key a stored line outside this replacement already has."""
+        if lines.is_empty():
+            return lines, []
+        stored = store.existing_keys(conn, self.source, lines["line_key"].to_list())  # type: ignore[arg-type]
+        if stored.is_empty():
+            return lines, []
+        hit = lines.join(
+            stored.rename({"source_file": "_other_file", "line_no": "_other_line"}),
+            on="line_key",
+            how="inner",
+        )
+        refused = [
+            RefusedRow(
+                r["source_file"],
+                r["line_no"],
+                "line_key",
+                f"duplicated line item id {r['line_key']!r}: already imported from line "
+                f"{r['_other_line']} of {r['_other_file']}",
+                _raw(r),
+            )
+            for r in hit.iter_rows(named=True)
+        ]
+        for r in refused:
+            summary = pending.files[pending.aliases.get(r.file, r.file)]
+            summary.accepted -= 1
+            summary.refused += 1
+        self.seen = self.seen.filter(~pl.col("line_key").is_in(hit["line_key"].implode()))
+        return lines.filter(~pl.col("line_key").is_in(hit["line_key"].implode())), refused
+
+
+def _file_row(summary: FileSummary, now: dt.datetime) -> dict[str, object]:
+    return {
+        "source_file": summary.source_file,
+        "billing_period_start": summary.period_start,
+        "assembly_id": summary.assembly_id,
+        "rows_read": summary.read,
+        "rows_accepted": summary.accepted,
+        "rows_refused": summary.refused,
+        "rows_skipped": summary.skipped,
+        "error": summary.error,
+        "imported_at": now,
+    }
+
+
+def _raw(row: dict[str, object]) -> str:
+    shown = {k: v for k, v in row.items() if not k.startswith("_") and v is not None}
+    return json.dumps(shown, default=str, ensure_ascii=False)[:2000]
+
+
+def merge_periods(periods: Sequence[Period]) -> list[Period]:
+    """Overlapping or touching ``[start, end)`` spans merged, sorted."""
+    merged: list[Period] = []
+    for start, end in sorted(periods):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def default_after_import() -> AfterImport | None:
+    """``service.billing.rates.reprice`` over each touched span, when that module is installed."""
+    if importlib.util.find_spec(RATES_MODULE) is None:
+        return None
+    reprice = importlib.import_module(RATES_MODULE).reprice
+
+    def hook(engine: Engine, periods: list[Period]) -> None:
+        for start, end in periods:
+            reprice(engine, start, end)
+
+    return hook
