@@ -111,6 +111,7 @@ def create_app(
             settings.connectors,
             sites=settings.sites,
             idle_threshold_pct=settings.idle_threshold_pct,
+            catalog=settings.instance_catalog(),
             telemetry=telemetry,
             connectors=bound_connectors(settings.connectors, engine),  # they read this database
         )

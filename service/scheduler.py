@@ -1,7 +1,9 @@
-"""Runs every enabled metrics connector on its own interval inside ``serve``.
+"""Runs every enabled connector on its own interval inside ``serve``.
 
-Each connector has one asyncio task. A run computes its window from the watermark, then calls
-``ingest_window`` in a worker thread (it is synchronous and database-bound). What happens after an
+Each connector has one asyncio task. A run computes its window, then calls ``ingest_window``
+(metrics: from the watermark) or ``ingest_billing`` (billing: from the first day of the previous
+month, since providers restate a month's bill until it closes; re-importing a billing period
+replaces it exactly) in a worker thread (both are synchronous and database-bound). What happens after an
 error follows the error's class (connectors/base.py): ``ConfigurationError`` stops that connector
 until the config is fixed, ``FatalSourceError`` stops it until someone looks, anything else
 (``RetriableError``, network or database trouble) is retried with exponential backoff capped at
@@ -46,6 +48,23 @@ def _default_ingest(*args: Any, **kwargs: Any) -> Any:
     return ingest_window(*args, **kwargs)
 
 
+def _default_ingest_billing(*args: Any, **kwargs: Any) -> Any:
+    from service.billing.ingest import ingest_billing
+
+    return ingest_billing(*args, **kwargs)
+
+
+def billing_window(
+    now: dt.datetime, backfill_days: float, first_run: bool
+) -> tuple[dt.datetime, dt.datetime]:
+    """What a billing connector's next run imports: from the first day of the previous month
+    (still being restated) — or ``backfill_days`` back on the first run, if that is earlier — to now."""
+    month = dt.datetime(now.year, now.month, 1, tzinfo=dt.UTC)
+    previous = (month - dt.timedelta(days=1)).replace(day=1)
+    start = min(previous, now - dt.timedelta(days=backfill_days)) if first_run else previous
+    return start, now
+
+
 def catch_up_window(
     engine: Engine, name: str, connector: Any, now: dt.datetime, backfill_days: float
 ) -> tuple[dt.datetime, dt.datetime]:
@@ -66,6 +85,12 @@ def catch_up_window(
     else:
         start = floor_hour(as_utc(now) - dt.timedelta(days=backfill_days))
     return start, ceil_hour(now)
+
+
+def _never_succeeded(engine: Engine, name: str) -> bool:
+    with session_scope(engine) as session:
+        state = session.get(ConnectorState, name)
+        return state is None or state.last_success_at is None
 
 
 def backoff_s(failures: int, base_s: float = RETRY_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
@@ -123,6 +148,8 @@ class Scheduler:
         connectors: Mapping[str, Any] | None = None,
         registry: Registry | None = None,
         ingest: IngestFn = _default_ingest,
+        ingest_billing: IngestFn = _default_ingest_billing,
+        catalog: Any = None,
         clock: Callable[[], dt.datetime] = utc_now,
         telemetry: Telemetry | None = None,
         retry_base_s: float = RETRY_BASE_S,
@@ -132,6 +159,7 @@ class Scheduler:
         self.sites, self.idle_threshold_pct = tuple(sites), idle_threshold_pct
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
+        self.ingest_billing, self.catalog = ingest_billing, catalog
         self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
         self._stop = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -160,8 +188,8 @@ class Scheduler:
             connector = built.get(config.name)
             if connector is None:
                 continue
-            if getattr(connector, "kind", None) != "metrics":
-                log.info("connector not scheduled: not a metrics connector", connector=config.name)
+            if getattr(connector, "kind", None) not in ("metrics", "billing"):
+                log.info("connector not scheduled: neither metrics nor billing", connector=config.name)
                 continue
             self._tasks[config.name] = asyncio.create_task(self._loop(config, connector), name=config.name)
 
@@ -206,19 +234,26 @@ class Scheduler:
         """One ingest of ``config.name``'s catch-up window, and what the loop does next."""
         name, now = config.name, self.clock()
         try:
-            start, end = await asyncio.to_thread(
-                catch_up_window, self.engine, name, connector, now, config.backfill_days
-            )
-            result = await asyncio.to_thread(
-                self.ingest,
-                self.engine,
-                name,
-                connector,
-                start,
-                end,
-                sites=self.sites,
-                idle_threshold_pct=self.idle_threshold_pct,
-            )
+            if getattr(connector, "kind", None) == "billing":
+                first_run = await asyncio.to_thread(_never_succeeded, self.engine, name)
+                start, end = billing_window(now, config.backfill_days, first_run)
+                result = await asyncio.to_thread(
+                    self.ingest_billing, self.engine, name, connector, start, end, catalog=self.catalog
+                )
+            else:
+                start, end = await asyncio.to_thread(
+                    catch_up_window, self.engine, name, connector, now, config.backfill_days
+                )
+                result = await asyncio.to_thread(
+                    self.ingest,
+                    self.engine,
+                    name,
+                    connector,
+                    start,
+                    end,
+                    sites=self.sites,
+                    idle_threshold_pct=self.idle_threshold_pct,
+                )
         except (ConfigurationError, FatalSourceError) as exc:
             self.stopped[name] = exc.status
             await self._failed(name, exc, now, exc.status, "stopped until the operator acts")

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from connectors.base import ConfigurationError, ConnectorStatus, RetriableError
 from service.db import session_scope
 from service.models import ConnectorState
-from service.scheduler import Scheduler, backoff_s, catch_up_window, sync_connector_states
+from service.scheduler import Scheduler, backoff_s, billing_window, catch_up_window, sync_connector_states
 from service.telemetry import Telemetry
 
 UTC = dt.UTC
@@ -202,19 +202,25 @@ def test_configuration_error_stops_that_connector_only(engine: Engine) -> None:
     assert state.status == ConnectorStatus.INVALID_CONFIGURATION and "mars-1" in (state.last_error or "")
 
 
-def test_billing_connectors_are_not_scheduled(engine: Engine) -> None:
+def test_billing_connectors_import_from_the_previous_month(engine: Engine) -> None:
     reg = fake_registry()
-    configs = [reg.validate({"name": "bills", "type": "fakebill", "path": "/x"})]
-    ingest = Ingest()
-    sched = Scheduler(engine, configs, registry=reg, ingest=ingest, clock=Clock(NOW))
+    configs = [reg.validate({"name": "bills", "type": "fakebill", "path": "/x", "backfill_days": 90})]
+    metrics, bills = Ingest(), Ingest()
+    sched = Scheduler(engine, configs, registry=reg, ingest=metrics, ingest_billing=bills, clock=Clock(NOW))
 
     async def scenario() -> None:
         await sched.start()
-        await asyncio.sleep(0.05)
+        await _wait_for(lambda: len(bills.calls) == 1)
         await sched.stop()
 
     asyncio.run(scenario())
-    assert ingest.calls == [] and _state(engine, "bills").status == ConnectorStatus.NEVER_RUN
+    assert metrics.calls == []
+    # First run: backfill_days (90) reaches further back than the previous month's first day.
+    name, start, end, _ = bills.calls[0]
+    assert (name, start, end) == ("bills", NOW - dt.timedelta(days=90), NOW)
+    assert billing_window(NOW, 90, first_run=False) == (dt.datetime(2025, 8, 1, tzinfo=UTC), NOW)
+    january = dt.datetime(2026, 1, 5, tzinfo=UTC)
+    assert billing_window(january, 1, first_run=False)[0] == dt.datetime(2025, 12, 1, tzinfo=UTC)
 
 
 def test_stop_waits_for_a_running_ingest(engine: Engine) -> None:
