@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -100,15 +101,38 @@ def csv_frame(data: bytes, file: str, *, separator: str = ",") -> tuple[pl.DataF
             column = next((c for c, v in row.items() if isinstance(v, str) and _REPLACEMENT in v), None)
             refused.append(RefusedRow(file, row[LINE], column, "bytes that are not UTF-8", _raw(row)))
         frame = frame.filter(~is_bad)
-    columns = [c for c in frame.columns if c != LINE]
-    short = pl.any_horizontal(pl.col(columns).is_null()) if columns else pl.lit(False)
-    if frame.select(short.any()).item():
-        for row in frame.filter(short).iter_rows(named=True):
-            missing = next(c for c in columns if row[c] is None)
+    short, reasons = _short_records(data, [c for c in frame.columns if c != LINE], separator)
+    if reasons:
+        for row in frame.filter(pl.col(LINE).is_in(short)).iter_rows(named=True):
+            missing = reasons[row[LINE]]
             reason = f"the record has fewer fields than the header (truncated?): no value from {missing!r} on"
             refused.append(RefusedRow(file, row[LINE], missing, reason, _raw(row)))
-        frame = frame.filter(~short)
+        frame = frame.filter(~pl.col(LINE).is_in(short))
     return frame, refused
+
+
+def _short_records(data: bytes, columns: list[str], separator: str) -> tuple[list[int], dict[int, str]]:
+    """Lines whose record has fewer fields than the header, and the first missing column of each.
+
+    Polars reads a missing trailing field as ``''``, the same as an empty one, so the fields are
+    counted on the raw lines: separators outside quoted fields (export files put no newline in a
+    field), columnar.
+    """
+    lines = pl.DataFrame({"raw": data.decode("utf-8", errors="replace").split("\n")}).with_row_index(
+        LINE, offset=1
+    )
+    quoted = r'"(?:[^"]|"")*"'
+    fields = (
+        pl.col("raw")
+        .str.strip_chars_end("\r")
+        .str.replace_all(quoted, "")
+        .str.count_matches(re.escape(separator))
+    )
+    short = lines.with_columns((fields + 1).alias("_fields")).filter(
+        (pl.col(LINE) > 1) & (pl.col("raw").str.strip_chars() != "") & (pl.col("_fields") < len(columns))
+    )
+    reasons = {int(line): columns[n] for line, n in short.select(LINE, "_fields").iter_rows()}
+    return sorted(reasons), reasons
 
 
 def ndjson_frame(data: bytes, file: str) -> tuple[list[dict[str, object]], list[RefusedRow], int]:
