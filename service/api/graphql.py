@@ -17,13 +17,14 @@ from service.api.cost import CostQuery
 from service.api.devices import DeviceQuery
 from service.api.errors import ErrorCodes, LedgerSchema
 from service.api.idle import IdleQuery
+from service.api.reconciliation import ReconciliationQuery
 from service.api.usage import UsageQuery
 
 
 @strawberry.type(
     description="GPU Ledger: what GPUs cost and how much work they did, from the hourly GPU-hour ledger."
 )
-class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery):
+class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery):
     pass
 
 

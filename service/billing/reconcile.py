@@ -17,8 +17,8 @@ few resulting buckets.
 * resources whose lines name a GPU-looking instance type the catalog does not know (no
   ``gpu_count``; :data:`service.billing.catalog.GPU_LOOKING`: AWS P/G, GCP a2-/a3-/g2-…, Azure
   Standard_N[CDGV]) are their
-  own rows, ``UNKNOWN_INSTANCE_TYPE``; unused commitments (lines without a resource whose type or
-  pricing says commitment: Azure ``UnusedReservation``, an unused Savings Plan) are their own rows,
+  own rows, ``UNKNOWN_INSTANCE_TYPE``; unused commitments (lines without a resource whose charge
+  type says unused: Azure ``UnusedReservation``, an unused Savings Plan) are their own rows,
   ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (DESIGN §4).
 """
 
@@ -130,7 +130,9 @@ def _billing(
 ) -> list[dict]:  # type: ignore[type-arg]
     c = _LINE.c
     gpu_sku = c.is_gpu_sku.is_(True)
-    commitment = or_(func.lower(c.charge_type).like("%unused%"), c.pricing_model == "commitment")
+    # Unused reservation / savings plan (Azure UnusedReservation, FOCUS "Unused" status…). Not the
+    # SavingsPlanNegation (no resource either, effective 0) nor the recurring fee (in covered usage).
+    commitment = func.lower(c.charge_type).like("%unused%")
     terms = [c.charge_start >= window.start, c.charge_start < window.end]
     for key, col in (("provider", c.provider), ("account", c.account), ("resource", c.resource_id)):
         if filters.get(key):
