@@ -112,6 +112,7 @@ def create_app(
             sites=settings.sites,
             idle_threshold_pct=settings.idle_threshold_pct,
             catalog=settings.instance_catalog(),
+            gpu_cost_share=settings.gpu_cost_share,
             telemetry=telemetry,
             connectors=bound_connectors(settings.connectors, engine),  # they read this database
         )

@@ -218,6 +218,7 @@ def _ingest_billing(
             start,
             end,
             catalog=settings.instance_catalog(),
+            gpu_cost_share=settings.gpu_cost_share,
             on_file=progress,
         )
     for line in billing_summary(result):

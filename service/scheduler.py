@@ -150,6 +150,7 @@ class Scheduler:
         ingest: IngestFn = _default_ingest,
         ingest_billing: IngestFn = _default_ingest_billing,
         catalog: Any = None,
+        gpu_cost_share: Any = 1,
         clock: Callable[[], dt.datetime] = utc_now,
         telemetry: Telemetry | None = None,
         retry_base_s: float = RETRY_BASE_S,
@@ -159,7 +160,7 @@ class Scheduler:
         self.sites, self.idle_threshold_pct = tuple(sites), idle_threshold_pct
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
-        self.ingest_billing, self.catalog = ingest_billing, catalog
+        self.ingest_billing, self.catalog, self.gpu_cost_share = ingest_billing, catalog, gpu_cost_share
         self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
         self._stop = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -238,7 +239,14 @@ class Scheduler:
                 first_run = await asyncio.to_thread(_never_succeeded, self.engine, name)
                 start, end = billing_window(now, config.backfill_days, first_run)
                 result = await asyncio.to_thread(
-                    self.ingest_billing, self.engine, name, connector, start, end, catalog=self.catalog
+                    self.ingest_billing,
+                    self.engine,
+                    name,
+                    connector,
+                    start,
+                    end,
+                    catalog=self.catalog,
+                    gpu_cost_share=self.gpu_cost_share,
                 )
             else:
                 start, end = await asyncio.to_thread(

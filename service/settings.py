@@ -6,6 +6,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     max_window_days = 400          # largest query window
     page_size_max = 500            # Relay page-size cap
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
+    gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
     log_level = "INFO"
     log_format = "console"         # or "json"
 
@@ -42,6 +43,7 @@ import json
 import os
 import tomllib
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,6 +118,8 @@ class Settings(BaseSettings):
     max_window_days: int = Field(default=400, gt=0)
     page_size_max: int = Field(default=500, gt=0)
     idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
+    # What part of a cloud instance's bill is charged to its GPUs (DESIGN §4): 1 = all of it.
+    gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
@@ -175,6 +179,7 @@ class Settings(BaseSettings):
             max_window_days=self.max_window_days,
             page_size_max=self.page_size_max,
             idle_threshold_pct=self.idle_threshold_pct,
+            gpu_cost_share=self.gpu_cost_share,
         )
 
 
@@ -183,6 +188,7 @@ SCALARS = (
     "max_window_days",
     "page_size_max",
     "idle_threshold_pct",
+    "gpu_cost_share",
     "log_level",
     "log_format",
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -22,11 +23,13 @@ class ApiSettings:
     ``page_size_max``: largest ``first`` of a connection (``PAGE_SIZE_TOO_LARGE`` above it).
     ``idle_threshold_pct``: the threshold the ledger's ``idle_s`` columns were built with (ingest's
     ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
+    ``gpu_cost_share``: the part of an instance's bill charged to its GPUs (reconciliation's billed cost).
     """
 
     max_window_days: int = 400
     page_size_max: int = 500
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
+    gpu_cost_share: Decimal = Decimal(1)
 
 
 @dataclass

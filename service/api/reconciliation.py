@@ -288,7 +288,8 @@ class ReconciliationQuery:
         keys = tuple(recon.Key[d.value] for d in group_by)
         filters = {k: v for k, v in vars(filter).items() if v} if filter is not None else {}
         tol = Decimal(repr(tolerance_pct))
-        rows = await ctx.read(lambda conn: recon.reconcile(conn, w, keys, filters, tol))
+        share = ctx.settings.gpu_cost_share
+        rows = await ctx.read(lambda conn: recon.reconcile(conn, w, keys, filters, tol, gpu_cost_share=share))
         return [ReconciliationRow.of(r) for r in rows]
 
     @strawberry.field(

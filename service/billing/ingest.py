@@ -29,7 +29,7 @@ when the source had no file for the window; ``PARSE_ERROR`` when a file failed; 
 own status when reading failed. The watermark moves to the window's end only on ``OK``.
 
 Afterwards the ``after_import`` hook re-prices the ledger over the charge periods touched (by
-default ``service.billing.rates.reprice(engine, start, end)`` when that module is installed).
+default ``service.billing.rates.reprice``, with the config's ``gpu_cost_share`` and catalog).
 
 Money: columns are ``Decimal(38, 9)``; the database keeps 1e-9 exactly (``service.money``).
 Rounding to 1e-9 is half-even — what Polars does when a parser casts the export's text to
@@ -40,8 +40,6 @@ so a parser only needs ``pl.col(x).str.strip_chars().cast(MONEY)``.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import importlib.util
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +61,6 @@ log = logging.getLogger(__name__)
 
 Period = tuple[dt.datetime, dt.datetime]
 AfterImport = Callable[[Engine, list[Period]], None]
-RATES_MODULE = "service.billing.rates"
 
 #: Columns ``billing_line`` requires (NOT NULL beyond the ones the ingestor sets).
 REQUIRED = (
@@ -148,6 +145,7 @@ def ingest_billing(
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_file: Callable[[FileSummary], None] | None = None,
     after_import: AfterImport | None = None,
+    gpu_cost_share: Decimal = Decimal(1),
 ) -> BillingImportResult:
     """Import the export files of billing connector ``name`` whose periods overlap ``[start, end)``."""
     if end <= start:
@@ -155,7 +153,7 @@ def ingest_billing(
             f"billing window is empty: end {end.isoformat()} is not after start {start.isoformat()}"
         )
     catalog = catalog or bundled_catalog()
-    hook = after_import if after_import is not None else default_after_import()
+    hook = after_import if after_import is not None else reprice_hook(gpu_cost_share, catalog)
     run_id = begin_run(engine, name, type(connector).__name__, start, end, clock())
     importer = _Importer(engine, name, run_id, catalog, on_file, clock)
     try:
@@ -471,14 +469,12 @@ def merge_periods(periods: Sequence[Period]) -> list[Period]:
     return merged
 
 
-def default_after_import() -> AfterImport | None:
-    """``service.billing.rates.reprice`` over each touched span, when that module is installed."""
-    if importlib.util.find_spec(RATES_MODULE) is None:
-        return None
-    reprice = importlib.import_module(RATES_MODULE).reprice
+def reprice_hook(gpu_cost_share: Decimal, catalog: InstanceCatalog) -> AfterImport:
+    """Re-price the ledger from the bill over each touched span (``service.billing.rates``)."""
+    from service.billing.rates import reprice
 
     def hook(engine: Engine, periods: list[Period]) -> None:
         for start, end in periods:
-            reprice(engine, start, end)
+            reprice(engine, start, end, gpu_cost_share=gpu_cost_share, catalog=catalog)
 
     return hook
