@@ -113,6 +113,7 @@ def create_app(
             idle_threshold_pct=settings.idle_threshold_pct,
             catalog=settings.instance_catalog(),
             gpu_cost_share=settings.gpu_cost_share,
+            after_ingest=settings.reprice_from_bills(),
             telemetry=telemetry,
             connectors=bound_connectors(settings.connectors, engine),  # they read this database
         )

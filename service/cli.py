@@ -194,6 +194,7 @@ def ingest(
                 sites=settings.sites,
                 idle_threshold_pct=settings.idle_threshold_pct,
                 on_chunk=progress,
+                after_ingest=settings.reprice_from_bills(),
             )
     except ConnectorError as exc:
         raise fail(f"{name}: {type(exc).__name__}: {exc}", FAILURE_EXIT) from None

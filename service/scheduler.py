@@ -151,6 +151,7 @@ class Scheduler:
         ingest_billing: IngestFn = _default_ingest_billing,
         catalog: Any = None,
         gpu_cost_share: Any = 1,
+        after_ingest: Any = None,
         clock: Callable[[], dt.datetime] = utc_now,
         telemetry: Telemetry | None = None,
         retry_base_s: float = RETRY_BASE_S,
@@ -161,6 +162,7 @@ class Scheduler:
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
         self.ingest_billing, self.catalog, self.gpu_cost_share = ingest_billing, catalog, gpu_cost_share
+        self.after_ingest = after_ingest
         self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
         self._stop = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -261,6 +263,7 @@ class Scheduler:
                     end,
                     sites=self.sites,
                     idle_threshold_pct=self.idle_threshold_pct,
+                    after_ingest=self.after_ingest,
                 )
         except (ConfigurationError, FatalSourceError) as exc:
             self.stopped[name] = exc.status

@@ -171,6 +171,16 @@ class Settings(BaseSettings):
 
         return load_catalog(self.instance_types)
 
+    def reprice_from_bills(self) -> Any:
+        """The hook a metrics ingest runs afterwards: re-price from the bills that cover its window."""
+        from functools import partial
+
+        from service.billing.rates import reprice_after_metrics
+
+        return partial(
+            reprice_after_metrics, gpu_cost_share=self.gpu_cost_share, catalog=self.instance_catalog()
+        )
+
     def api_settings(self) -> Any:
         """``service.api.context.ApiSettings`` from these settings."""
         from service.api.context import ApiSettings

@@ -616,3 +616,26 @@ def _book(conn: Connection, start_h: int, end_h: int) -> PriceBook:
     stmt = select(_RATE).where(c.valid_from < end, or_(c.valid_to.is_(None), c.valid_to > start))
     rates = [GpuRate.model_validate(dict(r)) for r in conn.execute(stmt).mappings()]
     return PriceBook.from_rates(rates)
+
+
+def reprice_after_metrics(
+    engine: Engine,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    gpu_cost_share: Decimal | float | str = Decimal(1),
+    catalog: InstanceCatalog | None = None,
+) -> RepriceResult | None:
+    """After a metrics ingest of ``[start, end)``: re-price from the bill where one covers that
+    time, so hours a bill had booked as unmonitored spend move to the GPUs now metered (a metric
+    ingest alone prices new rows at the billing rate, but cannot take them out of the
+    unmonitored rows). Nothing to do — and no transaction — where no billing line overlaps."""
+    with engine.connect() as conn:
+        billed = conn.execute(
+            select(BillingLine.id)
+            .where(BillingLine.charge_start < end, BillingLine.charge_end > start)
+            .limit(1)
+        ).first()
+    if billed is None:
+        return None
+    return reprice(engine, start, end, gpu_cost_share=gpu_cost_share, catalog=catalog)

@@ -59,9 +59,13 @@ def ingest_window(
     sites: Sequence[SiteConfig] = (),
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
     on_chunk: ChunkCallback | None = None,
+    after_ingest: Callable[[Engine, dt.datetime, dt.datetime], object] | None = None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> IngestResult:
-    """Ingest hours ``[floor_hour(start), ceil_hour(end))`` of connector ``name`` into the ledger."""
+    """Ingest hours ``[floor_hour(start), ceil_hour(end))`` of connector ``name`` into the ledger.
+
+    ``after_ingest(engine, start, end)`` runs once the window is in (the service passes the
+    re-pricing from bills, ``service.billing.rates.reprice_after_metrics``)."""
     start, end = floor_hour(start), ceil_hour(end)
     if end <= start:
         raise ValueError(
@@ -91,6 +95,8 @@ def ingest_window(
             if on_chunk is not None:
                 on_chunk(chunk_start, chunk_end)
             chunk_start = chunk_end
+        if after_ingest is not None and totals["accepted"]:
+            after_ingest(engine, start, end)
     except ConnectorError as error:
         _finish(engine, name, run_id, error.status, totals, clock(), error=str(error))
         raise

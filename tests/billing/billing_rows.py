@@ -26,7 +26,7 @@ def line(resource: str | None, start: dt.datetime, end: dt.datetime, cost: str, 
     """One billing line; ``cost`` is effective = billed = list unless given."""
     n = next(_keys)
     values: dict[str, Any] = {
-        "id": n,  # billing_line.id is BIGINT: no SQLite rowid alias, so no autoincrement there
+        "id": n,  # fixed ids: billingLines pages are ordered by id
         "source": "bills",
         "source_file": "f.csv",
         "line_no": n,

@@ -26,8 +26,10 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete
 from sqlmodel import Session
 
-from service.billing.rates import allocate_nanos, reprice
+from connectors.base import DeviceInfo, SampleBatch, Sampling
+from service.billing.rates import allocate_nanos, reprice, reprice_after_metrics
 from service.db import make_engine
+from service.ledger.ingest import ingest_window
 from service.models import BillingLine
 from service.money import allocate
 from service.pricing.apply import PriceBook, price_rows
@@ -62,6 +64,16 @@ def test_daily_line_without_metrics_is_twelve_unmonitored_hours(engine: Engine) 
         D("660.48"), 12, 12 * 28800.0, "aws", "p5.48xlarge",
     )  # fmt: skip
     assert (result.resources, result.rates, result.unmonitored_rows) == (1, 1, 12)
+
+
+def test_gpu_cost_share_charges_that_part_of_the_instance_to_its_gpus(engine: Engine) -> None:
+    add(engine, [p5_day()])
+    reprice(engine, *MONTH, gpu_cost_share=D("0.75"))
+    rows = hours(engine)
+    assert all(r.cost == D("41.280000000") for r in rows)  # 55.04 × 0.75 per instance-hour
+    assert _total(rows) == D("495.36")  # 660.48 × 0.75
+    [rate] = rates(engine)
+    assert rate.effective_per_gpu_hour == D("5.16")
 
 
 def test_metered_hours_take_the_bill_first_the_rest_is_unmonitored(engine: Engine) -> None:
@@ -175,6 +187,38 @@ def test_reprice_twice_equals_once_and_late_metrics_use_billing_rates(engine: En
         0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11,
     ]  # fmt: skip
     assert _total(rows) == D("660.48")
+
+
+class _OneGpu:
+    """A metrics source: GPU 0 of instance R1, busy at 50 % every minute of hour 03."""
+
+    kind = "metrics"
+    sampling = Sampling.every(60.0)
+
+    def collect(self, start: dt.datetime, end: dt.datetime):  # noqa: ANN201
+        ts = [int((at(3) + dt.timedelta(minutes=m)).timestamp() * 1000) for m in range(60)]
+        ts = [t for t in ts if start.timestamp() * 1000 <= t < end.timestamp() * 1000]
+        device = DeviceInfo(f"{R1}/gpu0", "aws", provider="aws", instance_id=R1, instance_type="p5.48xlarge")
+        n = len(ts)
+        columns = {"device_id": [device.device_id] * n, "ts_ms": ts, "metric": ["gpu_util"] * n,
+                   "value": [50.0] * n, "workload_key": [""] * n, "share": [1.0] * n}  # fmt: skip
+        if n:
+            yield SampleBatch.from_columns(columns, [device])
+
+
+def test_a_metrics_ingest_moves_billed_hours_from_unmonitored_to_the_gpu(engine: Engine) -> None:
+    add(engine, [p5_day()])
+    reprice(engine, *MONTH)  # the bill alone: 12 unmonitored hours of 8 GPUs
+    ingest_window(engine, "cw", _OneGpu(), at(3), at(4), after_ingest=reprice_after_metrics)
+    rows = [r for r in hours(engine) if r.hour_start == at(3)]
+    by_device = {r.device_id: r for r in rows}
+    # One GPU metered for the hour takes 1/8 of the hour's bill; 7 GPU-hours stay unmonitored.
+    assert (
+        by_device[f"{R1}/gpu0"].cost == D("6.88") and by_device[f"{R1}/gpu0"].rate_source == "billing:bills"
+    )
+    assert by_device[f"{R1}/unmonitored"].cost == D("48.16")
+    assert by_device[f"{R1}/unmonitored"].present_s == 7 * 3600.0
+    assert _total(hours(engine)) == D("660.48")
 
 
 def test_lines_gone_leave_no_billing_prices(engine: Engine) -> None:
