@@ -59,8 +59,19 @@ from connectors.billing import (
     PricingModel,
     conform,
 )
-from connectors.billing_io import LINE, Checks, csv_frame, read_bytes, rename_variants, require_columns
-from connectors.gcp_billing import FileBatches, export_files, json_text, line_keys, refuse_duplicates
+from connectors.billing_io import (
+    LINE,
+    Checks,
+    FileBatches,
+    csv_frame,
+    export_files,
+    json_text,
+    line_keys,
+    read_bytes,
+    refuse_duplicates,
+    rename_variants,
+    require_columns,
+)
 from service.billing.currencies import BILLING_CURRENCIES
 
 _D18 = pl.Decimal(38, 18)

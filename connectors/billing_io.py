@@ -4,7 +4,7 @@ Every parser goes through the same steps, so every one reports bad input the sam
 
 1. :func:`read_bytes` — a local file or bytes fetched from S3/Blob; gzip is undone here (by its
    magic bytes, whatever the name); a truncated gzip stream is a :class:`BillingFileError`.
-2. :func:`csv_frame` / :func:`ndjson_frame` / :func:`parquet_frame` — every column as text plus
+2. :func:`csv_frame` / :func:`ndjson_records` / :func:`parquet_frame` — every column as text plus
    ``_line`` (the line a CSV record starts on: the header is line 1; a JSONL record's line) and
    the rows that cannot be read at all: bytes that are not UTF-8 (the row is refused, naming the
    column that holds them), a record with fewer fields than the header (a truncated file).
@@ -19,17 +19,19 @@ Money is parsed from text straight to ``Decimal(38, 9)`` (Polars rounds half to 
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
+import hashlib
 import io
 import json
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import polars as pl
 
-from connectors.billing import MONEY, UTC_TIME, BillingFileError, RefusedRow
+from connectors.billing import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
 
 LINE = "_line"
 _REPLACEMENT = "\ufffd"
@@ -133,37 +135,6 @@ def _short_records(data: bytes, columns: list[str], separator: str) -> tuple[lis
     )
     reasons = {int(line): columns[n] for line, n in short.select(LINE, "_fields").iter_rows()}
     return sorted(reasons), reasons
-
-
-def ndjson_frame(data: bytes, file: str) -> tuple[list[dict[str, object]], list[RefusedRow], int]:
-    """JSON Lines → (records with ``_line``, refused lines, records read).
-
-    Nested records (a BigQuery export's ``service``, ``credits``…) stay Python objects for the
-    parser to flatten with Polars; a line that is not JSON or not UTF-8 is refused by line.
-    """
-    records: list[dict[str, object]] = []
-    refused: list[RefusedRow] = []
-    read = 0
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        read += 1
-        try:
-            record = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            refused.append(RefusedRow(file, number, None, "bytes that are not UTF-8", _raw_bytes(raw)))
-            continue
-        except json.JSONDecodeError as exc:
-            refused.append(
-                RefusedRow(file, number, None, f"not JSON: {exc.msg} at column {exc.colno}", _raw_bytes(raw))
-            )
-            continue
-        if not isinstance(record, dict):
-            refused.append(RefusedRow(file, number, None, "not a JSON object", _raw_bytes(raw)))
-            continue
-        record[LINE] = number
-        records.append(record)
-    return records, refused, read
 
 
 def parquet_frame(data: bytes, file: str) -> pl.DataFrame:
@@ -279,3 +250,120 @@ def rename_variants(frame: pl.DataFrame, variants: dict[str, Sequence[str]]) -> 
                 mapping[found] = canonical
                 break
     return frame.rename(mapping)
+
+
+# --- files, keys and duplicates, shared by the parsers ----------------------------------------
+
+
+class FileBatches:
+    """One batch per file, lazily; unlike a generator it can go on after a file raised."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        read_file: Callable[[Path], BillingBatch],
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> None:
+        self._paths = list(paths)
+        self._read_file, self._start, self._end = read_file, start, end
+
+    def __iter__(self) -> FileBatches:
+        return self
+
+    def __next__(self) -> BillingBatch:
+        while self._paths:
+            batch = self._read_file(self._paths.pop(0))
+            if in_window(batch, self._start, self._end):
+                return batch
+        raise StopIteration
+
+
+def in_window(batch: BillingBatch, start: dt.datetime, end: dt.datetime) -> bool:
+    """The batch's billing period overlaps ``[start, end)``; without a period, one of its lines
+    does (a file without a good line is returned: its refusals must be seen)."""
+    if batch.period_start is not None and batch.period_end is not None:
+        return batch.period_start < end and batch.period_end > start
+    lines = batch.lines
+    if lines.is_empty():
+        return True
+    hit = (pl.col("charge_start") < end) & (pl.col("charge_end") > start)
+    return bool(lines.select(hit.any()).item())
+
+
+def export_files(root: Path, suffixes: dict[str, str]) -> list[Path]:
+    """The export files under ``root`` (or ``root`` itself), sorted; other files are ignored."""
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise BillingFileError(str(root), "no such file or directory")
+    return sorted(p for p in root.rglob("*") if p.is_file() and file_kind(str(p), suffixes))
+
+
+def file_kind(name: str, suffixes: dict[str, str]) -> str | None:
+    path = Path(name.removesuffix(".gz"))
+    return suffixes.get(path.suffix.lower())
+
+
+def ndjson_records(data: bytes, file: str) -> tuple[list[dict[str, object]], list[RefusedRow], int]:
+    """JSON Lines → (records with ``_line``, refused lines, records read). Numbers stay their JSON
+    text (``parse_float=str``, ``parse_int=str``) so money never passes through a binary float;
+    nested records (a BigQuery export's ``service``, ``credits``…) stay Python objects for the
+    parser to flatten with Polars; a line that is not JSON or not UTF-8 is refused by line."""
+    records: list[dict[str, object]] = []
+    refused: list[RefusedRow] = []
+    read = 0
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        read += 1
+        text = raw.decode("utf-8", errors="backslashreplace")[:2000]
+        try:
+            record = json.loads(raw.decode("utf-8"), parse_float=str, parse_int=str)
+        except UnicodeDecodeError:
+            refused.append(RefusedRow(file, number, None, "bytes that are not UTF-8", text))
+            continue
+        except json.JSONDecodeError as exc:
+            reason = f"not JSON (truncated?): {exc.msg} at column {exc.colno}"
+            refused.append(RefusedRow(file, number, None, reason, text))
+            continue
+        if not isinstance(record, dict):
+            refused.append(RefusedRow(file, number, None, "not a JSON object", text))
+            continue
+        record[LINE] = number
+        records.append(record)
+    return records, refused, read
+
+
+def line_keys(lines: Sequence[bytes]) -> pl.DataFrame:
+    """``_line`` → ``line_key`` (``sha1:`` of the raw line) for each line of a file (:func:`sha1_keys`)."""
+    keys = ["sha1:" + hashlib.sha1(line.rstrip(b"\r")).hexdigest() for line in lines]
+    return pl.DataFrame(
+        {LINE: range(1, len(keys) + 1), "line_key": keys}, schema={LINE: pl.Int64, "line_key": pl.String}
+    )
+
+
+def json_text(expr: pl.Expr) -> pl.Expr:
+    """``expr`` (text) as a JSON string literal, quotes and escapes included — columnar."""
+    return pl.struct(expr.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
+
+
+def refuse_duplicates(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """Refuse every repeat of a ``line_key`` (the same line twice in the export) after its first."""
+    frame = frame.with_columns(pl.col(LINE).min().over("line_key").alias("_first"))
+    repeat = pl.col(LINE) != pl.col("_first")
+    refused = [
+        RefusedRow(file, line, None, f"duplicated line: the same as line {first_line}", key)
+        for line, first_line, key in frame.filter(repeat).select(LINE, "_first", "line_key").iter_rows()
+    ]
+    return frame.filter(~repeat).drop("_first"), refused
+
+
+def sha1_keys(texts: pl.Series) -> pl.Series:
+    """``sha1:<hex>`` of each text: a line key stable across runs, versions and platforms.
+
+    hashlib once per row (a C call each): Polars' own hash changes between versions, and a key must
+    stay the same for the same line in every later import (the ingestor replaces and de-duplicates
+    by it). The rest of a parse stays columnar.
+    """
+    return pl.Series(["sha1:" + hashlib.sha1(t.encode()).hexdigest() for t in texts], dtype=pl.String)

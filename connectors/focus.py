@@ -60,7 +60,6 @@ file, line and column. The good rows land; ``read == accepted + refused``.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +79,15 @@ from connectors.billing import (
     RefusedRow,
     conform,
 )
-from connectors.billing_io import LINE, Checks, csv_frame, parquet_frame, read_bytes, require_columns
+from connectors.billing_io import (
+    LINE,
+    Checks,
+    csv_frame,
+    parquet_frame,
+    read_bytes,
+    require_columns,
+    sha1_keys,
+)
 from service.billing.currencies import BILLING_CURRENCIES
 
 log = logging.getLogger(__name__)
@@ -280,15 +287,7 @@ def _line_keys(frame: pl.DataFrame) -> pl.Series:
         ],
         separator="\x1f",
     )
-    # hashlib per value: Polars' own hash is not stable across Polars versions, and a line_key
-    # must stay the same for the same record in every later import (the ingestor replaces and
-    # de-duplicates by it). One C call per row; the rest of the parse stays columnar.
-    return frame.select(
-        record.map_batches(
-            lambda s: pl.Series([hashlib.sha1(v.encode()).hexdigest() for v in s], dtype=pl.String),
-            return_dtype=pl.String,
-        )
-    ).to_series()
+    return sha1_keys(frame.select(record).to_series())
 
 
 def _normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:

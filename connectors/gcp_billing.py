@@ -40,9 +40,8 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -62,10 +61,18 @@ from connectors.billing import (
 from connectors.billing_io import (
     LINE,
     Checks,
+    FileBatches,
     csv_frame,
+    export_files,
+    file_kind,
+    json_text,
+    line_keys,
+    ndjson_records,
     parquet_frame,
     read_bytes,
+    refuse_duplicates,
     require_columns,
+    sha1_keys,
 )
 from service.billing.currencies import BILLING_CURRENCIES
 
@@ -174,96 +181,9 @@ class GcpBillingConnector:
         """Nothing to release: files are read whole and closed."""
 
 
-class FileBatches:
-    """One batch per file, lazily; unlike a generator it can go on after a file raised."""
-
-    def __init__(
-        self,
-        paths: Sequence[Path],
-        read_file: Callable[[Path], BillingBatch],
-        start: dt.datetime,
-        end: dt.datetime,
-    ) -> None:
-        self._paths = list(paths)
-        self._read_file, self._start, self._end = read_file, start, end
-
-    def __iter__(self) -> FileBatches:
-        return self
-
-    def __next__(self) -> BillingBatch:
-        while self._paths:
-            batch = self._read_file(self._paths.pop(0))
-            if in_window(batch, self._start, self._end):
-                return batch
-        raise StopIteration
-
-
-def in_window(batch: BillingBatch, start: dt.datetime, end: dt.datetime) -> bool:
-    """The batch's billing period overlaps ``[start, end)``; without a period, one of its lines
-    does (a file without a good line is returned: its refusals must be seen)."""
-    if batch.period_start is not None and batch.period_end is not None:
-        return batch.period_start < end and batch.period_end > start
-    lines = batch.lines
-    if lines.is_empty():
-        return True
-    hit = (pl.col("charge_start") < end) & (pl.col("charge_end") > start)
-    return bool(lines.select(hit.any()).item())
-
-
-def export_files(root: Path, suffixes: dict[str, str]) -> list[Path]:
-    """The export files under ``root`` (or ``root`` itself), sorted; other files are ignored."""
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise BillingFileError(str(root), "no such file or directory")
-    return sorted(p for p in root.rglob("*") if p.is_file() and file_kind(str(p), suffixes))
-
-
-def file_kind(name: str, suffixes: dict[str, str]) -> str | None:
-    path = Path(name.removesuffix(".gz"))
-    return suffixes.get(path.suffix.lower())
-
-
-def ndjson_records(data: bytes, file: str) -> tuple[list[dict[str, object]], list[RefusedRow], int]:
-    """Like :func:`connectors.billing_io.ndjson_frame`, but numbers stay their JSON text
-    (``parse_float=str``, ``parse_int=str``) so money never passes through a binary float."""
-    records: list[dict[str, object]] = []
-    refused: list[RefusedRow] = []
-    read = 0
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        read += 1
-        text = raw.decode("utf-8", errors="backslashreplace")[:2000]
-        try:
-            record = json.loads(raw.decode("utf-8"), parse_float=str, parse_int=str)
-        except UnicodeDecodeError:
-            refused.append(RefusedRow(file, number, None, "bytes that are not UTF-8", text))
-            continue
-        except json.JSONDecodeError as exc:
-            reason = f"not JSON (truncated?): {exc.msg} at column {exc.colno}"
-            refused.append(RefusedRow(file, number, None, reason, text))
-            continue
-        if not isinstance(record, dict):
-            refused.append(RefusedRow(file, number, None, "not a JSON object", text))
-            continue
-        record[LINE] = number
-        records.append(record)
-    return records, refused, read
-
-
-def line_keys(lines: Sequence[bytes]) -> pl.DataFrame:
-    # hashlib per line: no Polars hash is stable across versions and platforms
-    keys = ["sha1:" + hashlib.sha1(line.rstrip(b"\r")).hexdigest() for line in lines]
-    return pl.DataFrame(
-        {LINE: range(1, len(keys) + 1), "line_key": keys}, schema={LINE: pl.Int64, "line_key": pl.String}
-    )
-
-
 def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
-    encoded = frame.select(pl.struct(pl.exclude(LINE)).struct.json_encode()).to_series().to_list()
-    keys = ["sha1:" + hashlib.sha1(text.encode()).hexdigest() for text in encoded]
-    return pl.DataFrame({LINE: frame[LINE], "line_key": keys})
+    encoded = frame.select(pl.struct(pl.exclude(LINE)).struct.json_encode()).to_series()
+    return pl.DataFrame({LINE: frame[LINE], "line_key": sha1_keys(encoded)})
 
 
 def _path(frame: pl.DataFrame, path: tuple[str, ...]) -> pl.Expr:
@@ -364,11 +284,6 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def json_text(expr: pl.Expr) -> pl.Expr:
-    """``expr`` (text) as a JSON string literal, quotes and escapes included — columnar."""
-    return pl.struct(expr.alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}")
-
-
 def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
     """Per line: Σ credits, the credits per type as tag fragments, committed-use flag, bad amount."""
     long = (
@@ -438,17 +353,6 @@ def normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[Refuse
     good, refused = checks.split(frame, parsed)
     good, duplicates = refuse_duplicates(good, file)
     return _to_lines(good, file), [*refused, *duplicates]
-
-
-def refuse_duplicates(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """Refuse every repeat of a ``line_key`` (the same line twice in the export) after its first."""
-    frame = frame.with_columns(pl.col(LINE).min().over("line_key").alias("_first"))
-    repeat = pl.col(LINE) != pl.col("_first")
-    refused = [
-        RefusedRow(file, line, None, f"duplicated line: the same as line {first_line}", key)
-        for line, first_line, key in frame.filter(repeat).select(LINE, "_first", "line_key").iter_rows()
-    ]
-    return frame.filter(~repeat).drop("_first"), refused
 
 
 def _to_lines(good: pl.DataFrame, file: str) -> pl.DataFrame:
