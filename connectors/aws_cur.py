@@ -120,18 +120,17 @@ from typing import Any, ClassVar, Literal
 
 import boto3
 import polars as pl
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     HTTPClientError,
     NoCredentialsError,
     PartialCredentialsError,
-    ProfileNotFound,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from connectors.aws_session import assume_role_request, base_session, boto_config, session_of
 from connectors.base import (
     ConfigurationError,
     ConnectorConfig,
@@ -577,53 +576,30 @@ class AwsCurConnector:
     def s3(self) -> Any:
         if self._client is None:
             cfg = self.config
-            boto_config = BotoConfig(
-                retries={"mode": "standard", "total_max_attempts": cfg.max_retries + 1},
-                connect_timeout=cfg.timeout_s,
-                read_timeout=cfg.timeout_s,
-            )
+            boto = boto_config(cfg)
             session = self._base_session()
             if cfg.role_arn is not None:
-                session = self._assume(session, boto_config)
+                session = self._assume(session, boto)
             self._client = session.client(
-                "s3", region_name=cfg.region, endpoint_url=cfg.endpoint_url, config=boto_config
+                "s3", region_name=cfg.region, endpoint_url=cfg.endpoint_url, config=boto
             )
         return self._client
 
     def _base_session(self) -> boto3.Session:
         if self._session is None:
-            cfg = self.config
-            try:
-                self._session = boto3.Session(
-                    profile_name=cfg.profile,
-                    aws_access_key_id=cfg.aws_access_key_id.get_secret_value()
-                    if cfg.aws_access_key_id
-                    else None,
-                    aws_secret_access_key=(
-                        cfg.aws_secret_access_key.get_secret_value() if cfg.aws_secret_access_key else None
-                    ),
-                )
-            except ProfileNotFound as exc:
-                raise ConfigurationError(f"{SOURCE}: {exc}") from exc
+            self._session = base_session(self.config, SOURCE)
         return self._session
 
-    def _assume(self, session: boto3.Session, boto_config: BotoConfig) -> boto3.Session:
+    def _assume(self, session: boto3.Session, boto: Any) -> boto3.Session:
         cfg = self.config
-        sts = session.client("sts", region_name=cfg.region, endpoint_url=cfg.endpoint_url, config=boto_config)
-        request: dict[str, Any] = {"RoleArn": cfg.role_arn, "RoleSessionName": cfg.role_session_name}
-        if cfg.external_id is not None:
-            request["ExternalId"] = cfg.external_id
+        sts = session.client("sts", region_name=cfg.region, endpoint_url=cfg.endpoint_url, config=boto)
         try:
-            creds = sts.assume_role(**request)["Credentials"]
+            creds = sts.assume_role(**assume_role_request(cfg))["Credentials"]
         except (ClientError, BotoCoreError) as exc:
             raise _mapped(exc, f"sts:AssumeRole {cfg.role_arn}", cfg) from exc
         finally:
             sts.close()
-        return boto3.Session(
-            aws_access_key_id=creds["AccessKeyId"],
-            aws_secret_access_key=creds["SecretAccessKey"],
-            aws_session_token=creds["SessionToken"],
-        )
+        return session_of(creds)
 
 
 def _mapped(exc: Exception, what: str, cfg: AwsCurConfig) -> ConnectorError:

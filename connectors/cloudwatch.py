@@ -84,7 +84,6 @@ from typing import Any, ClassVar, Literal
 import boto3
 import numpy as np
 import polars as pl
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -98,6 +97,7 @@ from botocore.exceptions import (
 )
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from connectors.aws_session import assume_role_request, base_session, boto_config, session_of
 from connectors.base import (
     ConfigurationError,
     ConnectorConfig,
@@ -222,16 +222,10 @@ ClientFactory = Callable[[boto3.Session, str, str], Any]
 
 def client_factory(config: CloudWatchConfig) -> ClientFactory:
     """The production client factory: botocore's standard retries, timeouts, the endpoint."""
-    boto_config = BotoConfig(
-        retries={"mode": "standard", "total_max_attempts": config.max_retries + 1},
-        connect_timeout=config.timeout_s,
-        read_timeout=config.timeout_s,
-    )
+    boto = boto_config(config)
 
     def make(session: boto3.Session, service: str, region: str) -> Any:
-        return session.client(
-            service, region_name=region, endpoint_url=config.endpoint_url, config=boto_config
-        )
+        return session.client(service, region_name=region, endpoint_url=config.endpoint_url, config=boto)
 
     return make
 
@@ -573,19 +567,7 @@ class CloudWatchConnector:
 
     def _base_session(self) -> boto3.Session:
         if self._session_given is None:
-            cfg = self.config
-            try:
-                self._session_given = boto3.Session(
-                    profile_name=cfg.profile,
-                    aws_access_key_id=cfg.aws_access_key_id.get_secret_value()
-                    if cfg.aws_access_key_id
-                    else None,
-                    aws_secret_access_key=(
-                        cfg.aws_secret_access_key.get_secret_value() if cfg.aws_secret_access_key else None
-                    ),
-                )
-            except ProfileNotFound as exc:
-                raise ConfigurationError(f"{SOURCE}: {exc}") from exc
+            self._session_given = base_session(self.config, SOURCE)
         return self._session_given
 
     def _session(self, region: str) -> boto3.Session:
@@ -596,11 +578,8 @@ class CloudWatchConnector:
         if cached is not None and cached[1] - self._clock() > dt.timedelta(minutes=5):
             return cached[0]
         sts = self._raw_client(self._base_session(), "sts", region, base=True)
-        request: dict[str, Any] = {"RoleArn": cfg.role_arn, "RoleSessionName": cfg.role_session_name}
-        if cfg.external_id is not None:
-            request["ExternalId"] = cfg.external_id
         try:
-            answer = sts.assume_role(**request)
+            answer = sts.assume_role(**assume_role_request(cfg))
         except ClientError as exc:
             if _code(exc) in _DENIED:
                 raise permission_error(
@@ -612,11 +591,7 @@ class CloudWatchConnector:
         except BotoCoreError as exc:
             raise self._mapped(exc, "sts:AssumeRole") from exc
         creds = answer["Credentials"]
-        session = boto3.Session(
-            aws_access_key_id=creds["AccessKeyId"],
-            aws_secret_access_key=creds["SecretAccessKey"],
-            aws_session_token=creds["SessionToken"],
-        )
+        session = session_of(creds)
         for key in [k for k in self._clients if k[0] == region and not k[2]]:
             self._clients.pop(key).close()  # clients of the expiring credentials
         self._assumed[region] = (session, creds["Expiration"])
