@@ -74,6 +74,8 @@ def configure_logging(
     handler._gpu_ledger = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Alembic ≥ 1.16 logs every plugin it sets up at INFO on each migrate: noise, not news.
+    logging.getLogger("alembic.runtime.plugins").setLevel(max(logging.WARNING, root.level))
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
