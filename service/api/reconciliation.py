@@ -49,6 +49,9 @@ class ReconciliationStatus(Enum):
     UNUSED_COMMITMENT = strawberry.enum_value(
         "UNUSED_COMMITMENT", description="unused reservation / savings plan: commitment waste, no resource"
     )
+    ACCOUNT_ADJUSTMENT = strawberry.enum_value(
+        "ACCOUNT_ADJUSTMENT", description="credits, refunds and tax of an account (no resource): not GPU cost"
+    )
 
 
 @strawberry.input(description="Keep rows whose values are among the given ones; null or [] = any.")

@@ -19,7 +19,8 @@ few resulting buckets.
   Standard_N[CDGV]) are their
   own rows, ``UNKNOWN_INSTANCE_TYPE``; unused commitments (lines without a resource whose charge
   type says unused: Azure ``UnusedReservation``, an unused Savings Plan) are their own rows,
-  ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (DESIGN §4).
+  ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (DESIGN §4); credits, tax and
+  adjustments without a resource are ``ACCOUNT_ADJUSTMENT`` rows, reported, never spread over GPUs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Status(Enum):
     NO_BILLING = "NO_BILLING"
     UNKNOWN_INSTANCE_TYPE = "UNKNOWN_INSTANCE_TYPE"
     UNUSED_COMMITMENT = "UNUSED_COMMITMENT"
+    ACCOUNT_ADJUSTMENT = "ACCOUNT_ADJUSTMENT"
 
 
 class Key(Enum):
@@ -68,7 +70,9 @@ class Key(Enum):
 
 
 ALL_KEYS = (Key.PROVIDER, Key.ACCOUNT, Key.RESOURCE, Key.DAY)
-_GPU, _UNKNOWN, _COMMITMENT = "gpu", "unknown", "commitment"
+_GPU, _UNKNOWN, _COMMITMENT, _ADJUSTMENT = "gpu", "unknown", "commitment", "adjustment"
+#: Charges of an account rather than a resource (DESIGN §4: reported, never spread over GPUs).
+ADJUSTMENT_CATEGORIES = ("Credit", "Tax", "Adjustment")
 
 
 @dataclass
@@ -114,10 +118,15 @@ def _day(value: dt.datetime) -> dt.date:
 
 
 def _kind(
-    provider: str, resource: str | None, gpu: bool, instance_type: str | None, commitment: bool
+    provider: str,
+    resource: str | None,
+    gpu: bool,
+    instance_type: str | None,
+    commitment: bool,
+    adjustment: bool,
 ) -> str | None:
     if resource is None:
-        return _COMMITMENT if commitment else None
+        return _COMMITMENT if commitment else _ADJUSTMENT if adjustment else None
     if gpu:
         return _GPU
     if instance_type and _GPU_LOOKING.match(instance_type.strip().lower()):
@@ -133,6 +142,13 @@ def _billing(
     # Unused reservation / savings plan (Azure UnusedReservation, FOCUS "Unused" status…). Not the
     # SavingsPlanNegation (no resource either, effective 0) nor the recurring fee (in covered usage).
     commitment = func.lower(c.charge_type).like("%unused%")
+    # Resource-less lines of different kinds on one day stay apart (waste vs credits and tax).
+    orphan = case(
+        (c.resource_id.is_not(None), ""),
+        (commitment, _COMMITMENT),
+        (c.charge_category.in_(ADJUSTMENT_CATEGORIES), _ADJUSTMENT),
+        else_="",
+    ).label("orphan")
     terms = [c.charge_start >= window.start, c.charge_start < window.end]
     for key, col in (("provider", c.provider), ("account", c.account), ("resource", c.resource_id)):
         if filters.get(key):
@@ -151,12 +167,12 @@ def _billing(
             ),
             func.max(case((gpu_sku, 1), else_=0)).label("has_sku"),
             func.max(case((or_(c.gpu_count > 0, gpu_sku), 1), else_=0)).label("gpu"),
-            func.max(case((commitment, 1), else_=0)).label("commitment"),
+            orphan,
             func.max(c.instance_type).label("instance_type"),
             func.count().label("n"),
         )
         .where(*terms)
-        .group_by(c.provider, c.account, c.resource_id, c.charge_start, c.currency)
+        .group_by(c.provider, c.account, c.resource_id, c.charge_start, c.currency, orphan)
     )
     rows = conn.execute(stmt).all()
     resource_gpu = {r.resource_id for r in rows if r.gpu}
@@ -164,12 +180,17 @@ def _billing(
     out = []
     for r in rows:
         kind = _kind(
-            r.provider, r.resource_id, r.resource_id in resource_gpu, r.instance_type, bool(r.commitment)
+            r.provider,
+            r.resource_id,
+            r.resource_id in resource_gpu,
+            r.instance_type,
+            r.orphan == _COMMITMENT,
+            r.orphan == _ADJUSTMENT,
         )
         if kind is None:
             continue
         hours = r.sku_hours if r.resource_id in resource_sku else r.gpu_hours
-        cost = r.cost if kind == _COMMITMENT else quantize(r.cost * share)
+        cost = r.cost if kind in (_COMMITMENT, _ADJUSTMENT) else quantize(r.cost * share)
         out.append({
             "key": (r.provider, r.account, r.resource_id, _day(r.charge_start)), "kind": kind,
             "currency": r.currency, "gpu_hours": hours, "cost": cost, "n": r.n,
@@ -223,6 +244,8 @@ def _status(row: ReconRow, has_billing: bool, tolerance_pct: Decimal) -> Status:
         return Status.UNKNOWN_INSTANCE_TYPE
     if row._kind == _COMMITMENT:
         return Status.UNUSED_COMMITMENT
+    if row._kind == _ADJUSTMENT:
+        return Status.ACCOUNT_ADJUSTMENT
     billed, metered = row.billed_gpu_hours, Decimal(repr(row.metered_gpu_hours))
     if not has_billing:
         return Status.NO_BILLING if metered > 0 else Status.MATCHED

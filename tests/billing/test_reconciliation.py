@@ -58,3 +58,23 @@ def test_grouping_sums_and_recomputes_the_status(engine: Engine) -> None:
         ("azure", None, None, "USD", 0.0, 0.0, D("746.88"), D(0), Status.UNUSED_COMMITMENT),
     ]
     assert [(r.resource, r.status) for r in tolerant] == [("i-gap", Status.MATCHED)]  # |16 − 32| ≤ 50 % of 32
+
+
+def test_account_credits_and_tax_are_reported_apart_and_cost_no_gpu(engine: Engine) -> None:
+    from billing_rows import DAY3, at, hours, line, p5_day
+
+    add(engine, [
+        p5_day(),
+        line(None, DAY3, at(24), "-100.00", charge_category="Credit", charge_type="Credit"),
+        line(None, DAY3, at(24), "12.50", charge_category="Tax", charge_type="Tax"),
+        line(None, DAY3, at(24), "0", charge_type="SavingsPlanNegation"),  # no resource, no status
+    ])  # fmt: skip
+    reprice(engine, WINDOW.start, WINDOW.end)
+    with engine.connect() as conn:
+        rows = reconcile(conn, WINDOW, [Key.PROVIDER, Key.RESOURCE])
+    by_status = {r.status: r for r in rows}
+    assert set(by_status) == {Status.NO_METRICS, Status.ACCOUNT_ADJUSTMENT}
+    adjustment = by_status[Status.ACCOUNT_ADJUSTMENT]
+    assert (adjustment.resource, adjustment.billed_cost, adjustment.ledger_cost) == (None, D("-87.5"), D(0))
+    # The ledger's GPU cost is the instance's bill alone: credits and tax are not spread over GPUs.
+    assert sum((r.cost for r in hours(engine)), D(0)) == D("660.48")
