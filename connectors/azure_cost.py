@@ -1,8 +1,11 @@
 """``azure_cost``: Azure Cost Management exports ("Cost and usage details", actual or amortized).
 
-Source: a local directory (read recursively) or file named by ``path`` holding the CSV files an
-export writes (``.csv``, optionally gzipped; the export's ``manifest.json`` is ignored). Reading
-Azure Blob Storage directly is not offered: download the container first (``azcopy``).
+Source, one of:
+
+* ``path``: a local directory (read recursively) or file holding the CSV files an export writes
+  (``.csv``, optionally gzipped; a ``manifest.json`` is ignored: every CSV file is read).
+* ``blob_container_url`` (+ ``blob_prefix``): the storage container the export writes to, read
+  through ``azure-storage-blob`` (see *Azure Blob Storage* below).
 
 Header variants (FORMATS.md §5.3), matched case-insensitively so MCA camelCase
 (``costInBillingCurrency``, ``date``, ``resourceId``…) reads like EA PascalCase: EA/MCA
@@ -39,22 +42,78 @@ Mapping decisions:
   :func:`connectors.gcp_billing.line_keys`); a line seen twice in a file is refused.
 * The batch's billing period is the file's ``BillingPeriodStartDate``..``BillingPeriodEndDate``
   (end date inclusive) when it names one, so a re-exported month replaces the old lines.
+
+Azure Blob Storage
+------------------
+
+Layout. A Cost Management export writes, under its directory (``blob_prefix``; point it at one
+export), ``<export>/<YYYYMMDD-YYYYMMDD>/<run folder(s)>/<file>.csv[.gz]``; exports with file
+partitioning (the default of the 2023+ "improved" exports) also write a ``manifest.json`` per run
+whose ``blobs[].blobName`` (container-relative) lists the run's data files and whose
+``exportConfig.type`` says ``AmortizedCost``/``ActualCost``. Older exports without partitioning
+write each run's file directly into the date-range folder (``<export>_<guid>.csv``).
+
+What was verified and what is assumed (research notes, Nov 2026):
+
+* [V] the manifest fields ``exportConfig{exportName, type, dataVersion, timeFrame…}``,
+  ``deliveryConfig{partitionData, dataOverwriteBehavior, fileFormat, rootFolderPath…}``,
+  ``runInfo{runId, submittedTime, startDate, endDate}`` and ``blobs[{blobName, byteCount}]``, with
+  ``blobName`` = ``<path>/<export-name>/<date-range>/<export-time>/<guid>/<file>.csv`` (FinOps
+  toolkit docs, "About exports", API 2023-07-01-preview); a manifest comes with every partitioned
+  run (Microsoft Learn, improved exports FAQ); CSV may be gzip-compressed.
+* [A] the date-range folder is ``YYYYMMDD-YYYYMMDD`` with an inclusive end date (the billing month:
+  ``20250901-20250930``), so the batch period is ``[start, end + 1 day)``. The same toolkit page
+  also shows the date range *before* the export name; the folder is found wherever it sits in
+  the path, and everything after it up to the file is the run.
+* [A] runs are ordered by the blob service's ``Last-Modified`` (the newest of the run's blobs, the
+  manifest included; ties by the run's path), not by ``runInfo.submittedTime``, which would cost a
+  download per run. In a period folder where some run has a manifest, a run without one is taken
+  to be still writing and is not read.
+
+Which files. Billing-period folders overlapping ``[start, end)`` only; in each, only the newest
+run (older runs of a daily month-to-date export are superseded: reading them would double the
+month). Of that run, the files its manifest names (one that is not there, or is not CSV —
+Parquet exports are not read here — is a :class:`BillingFileError`), else its ``.csv``/``.csv.gz``
+files. Every file is one :class:`BillingBatch` whose ``period_start``/``period_end`` come from the
+folder and ``assembly_id`` is the run folder, so the ingestor replaces the whole period and a
+newer run supersedes what an older one imported. A CSV outside any date-range folder is read as a
+local file is (its own billing period columns). Files are listed once and downloaded one at a
+time as the batches are consumed; a file that cannot be parsed is yielded as its
+:class:`BillingFileError` and the others go on. ``source_file`` is the blob URL without a query
+string: a SAS token never reaches a line, a log or an error message.
+
+Credentials: ``tenant_id``/``client_id``/``client_secret`` (``authority_host``) through
+:func:`connectors.azure_auth.build_credential`, or ``sas_token`` (read + list), or, with none, the
+``DefaultAzureCredential`` chain; a token is asked for the scope
+``https://storage.azure.com/.default``. Errors: 403 → :class:`FatalSourceError` saying to grant
+"Storage Blob Data Reader" on the container (a refused SAS or token: check the credentials); a
+missing container → :class:`ConfigurationError`; 5xx and timeouts (Storage throttles with 503
+``ServerBusy``) are retried by the Storage SDK's exponential retry (``max_retries``, ``backoff_s``,
+``timeout_s`` per request), then :class:`RetriableError`. ``ca_file`` verifies the endpoint
+(``connection_verify``: private CAs, tests).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
+from urllib.parse import quote, unquote, urlsplit
 
 import polars as pl
-from pydantic import model_validator
+from pydantic import Field, SecretStr, model_validator
 
+from connectors.azure_auth import build_credential, call_azure
+from connectors.base import ConfigurationError
 from connectors.billing import (
     MONEY,
     BillingBatch,
     BillingConfig,
+    BillingFileError,
     ChargeCategory,
     PricingModel,
     conform,
@@ -65,6 +124,8 @@ from connectors.billing_io import (
     FileBatches,
     csv_frame,
     export_files,
+    file_kind,
+    in_window,
     json_text,
     line_keys,
     read_bytes,
@@ -72,6 +133,7 @@ from connectors.billing_io import (
     rename_variants,
     require_columns,
 )
+from connectors.cloud import auth_error
 from service.billing.currencies import BILLING_CURRENCIES
 
 _D18 = pl.Decimal(38, 18)
@@ -123,39 +185,129 @@ _PRICING = {
 _UNUSED = ("unusedreservation", "unusedsavingsplan")
 
 
+SOURCE = "azure_cost"
+#: What the connector's identity needs on the export's container.
+PERMISSION = (
+    'the "Storage Blob Data Reader" role on the storage container (or a sas_token with read and list '
+    "permissions)"
+)
+_AUTH_NEXT_STEP = (
+    "check sas_token (expired? signed for this container?) or tenant_id/client_id/client_secret"
+    " (or run `az login` for DefaultAzureCredential)"
+)
+_PERIOD_DIR = re.compile(r"(?:^|/)(\d{8})-(\d{8})/")
+_DATASETS: dict[str, Literal["amortized", "actual"]] = {"amortizedcost": "amortized", "actualcost": "actual"}
+_T = TypeVar("_T")
+
+
 class AzureCostConfig(BillingConfig):
-    """``path``: a directory (read recursively) or a CSV file of a Cost Management export.
-    ``dataset``: ``amortized`` or ``actual``; detected per file when not set."""
+    """``type = "azure_cost"``.
+
+    * ``path``: a directory (read recursively) or a CSV file of a Cost Management export; or
+    * ``blob_container_url`` (``https://<account>.blob.core.windows.net/<container>``, no query
+      string: a SAS goes in ``sas_token``) and ``blob_prefix``: the export's directory in the
+      container (``<root folder>/<export name>``).
+    * Blob credentials: ``tenant_id`` + ``client_id`` + ``client_secret`` (``authority_host`` for a
+      sovereign cloud), or ``sas_token``, or none of them for ``DefaultAzureCredential``.
+    * ``ca_file``: PEM bundle to verify the endpoint with; ``max_retries``/``backoff_s``: the
+      Storage SDK's retries of 5xx and timeouts; ``timeout_s``: per request.
+    * ``dataset``: ``amortized`` or ``actual``; else the run's manifest says, else detected per file.
+    """
 
     type: Literal["azure_cost"] = "azure_cost"
     dataset: Literal["amortized", "actual"] | None = None
+    blob_container_url: str | None = Field(None, pattern=r"^https://[^/?#\s]+/[^?#\s]*[^/?#\s]/?$")
+    blob_prefix: str = ""
+    tenant_id: str | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    authority_host: str | None = None
+    sas_token: SecretStr | None = None
+    ca_file: str | None = None
+    max_retries: int = Field(5, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0)
+    timeout_s: float = Field(60.0, gt=0)
 
     @model_validator(mode="after")
-    def _needs_path(self) -> AzureCostConfig:
-        if not self.path:
-            raise ValueError('"path" is required: the directory or file of the cost export')
+    def _one_source(self) -> AzureCostConfig:
+        if (self.path is None) == (self.blob_container_url is None):
+            raise ValueError(
+                'give exactly one of "path" (a local directory or file of the cost export) and'
+                ' "blob_container_url" (the storage container the export writes to)'
+            )
+        principal = (self.tenant_id, self.client_id, self.client_secret)
+        if self.sas_token is not None and any(p is not None for p in principal):
+            raise ValueError(
+                "give sas_token or a service principal (tenant_id/client_id/client_secret), not both"
+            )
         return self
 
 
+@dataclass(frozen=True, slots=True)
+class _Blob:
+    name: str
+    last_modified: dt.datetime
+
+
+@dataclass(slots=True)
+class _Run:
+    """One export run: the blobs under one run folder (or one file straight in the period folder)."""
+
+    key: str
+    blobs: list[_Blob] = field(default_factory=list)
+    manifest: str | None = None
+
+    @property
+    def newest(self) -> dt.datetime:
+        return max(b.last_modified for b in self.blobs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    name: str
+    period_start: dt.datetime | None = None
+    period_end: dt.datetime | None = None
+    run: str | None = None
+    dataset: Literal["amortized", "actual"] | None = None
+
+
 class AzureCostConnector:
-    """Reads Azure cost export CSV files; one :class:`BillingBatch` per file."""
+    """Reads Azure cost export CSV files (local or Blob); one :class:`BillingBatch` per file."""
 
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[AzureCostConfig]] = AzureCostConfig
 
-    def __init__(self, config: AzureCostConfig) -> None:
+    def __init__(
+        self, config: AzureCostConfig, *, credential: Any = None, container_client: Any = None
+    ) -> None:
         self.config = config
+        self._credential, self._client = credential, container_client
+        self._owned: list[Any] = []
+
+    def __enter__(self) -> AzureCostConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def files(self) -> list[Path]:
         return export_files(Path(str(self.config.path)), _SUFFIXES)
 
-    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
-        """Batches of the files whose billing period (else a line) overlaps ``[start, end)``;
-        an unreadable file raises :class:`~connectors.billing.BillingFileError` from ``next()``
-        and the iterator goes on with the next file."""
-        return FileBatches(self.files(), self.read_file, start, end)
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
+        """Batches of the files whose billing period (else a line) overlaps ``[start, end)``. Local
+        files: an unreadable file raises :class:`~connectors.billing.BillingFileError` from
+        ``next()`` and the iterator goes on with the next file; Blob: it is yielded."""
+        if self.config.blob_container_url is None:
+            return FileBatches(self.files(), self.read_file, start, end)
+        return self._read_blobs(start, end)
 
-    def read_file(self, path: Path, data: bytes | None = None) -> BillingBatch:
+    def read_file(
+        self,
+        path: Path | str,
+        data: bytes | None = None,
+        *,
+        dataset: Literal["amortized", "actual"] | None = None,
+    ) -> BillingBatch:
         file = str(path)
         raw = read_bytes(path, data)
         frame, refused = csv_frame(raw, file)
@@ -166,7 +318,7 @@ class AzureCostConnector:
         )
         frame = frame.join(line_keys(raw.split(b"\n")), on=LINE, how="left")
         read = frame.height + len(refused)
-        dataset = self.config.dataset or _detect(frame, file)
+        dataset = self.config.dataset or dataset or _detect(frame, file)
         checks = Checks(file)
         parsed = {
             "_cost": checks.decimal("CostInBillingCurrency"),
@@ -196,7 +348,207 @@ class AzureCostConnector:
         )
 
     def close(self) -> None:
-        """Nothing to release: files are read whole and closed."""
+        """Closes the Blob client and the credential it built (local files are read whole and closed)."""
+        if any(owned is self._client for owned in self._owned):
+            self._client = None  # an injected client is the caller's to close
+        for owned in reversed(self._owned):
+            owned.close()
+        self._owned.clear()
+
+    # ---- Azure Blob Storage
+
+    def _read_blobs(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
+        for item in self._plan(start, end):
+            if isinstance(item, BillingFileError):
+                yield item
+                continue
+            label = self._label(item.name)
+            try:
+                data = self._download(item.name)
+                batch = self.read_file(label, data, dataset=item.dataset)
+            except BillingFileError as error:
+                yield error
+                continue
+            if item.period_start is not None:
+                batch.period_start, batch.period_end = item.period_start, item.period_end
+                batch.assembly_id = item.run
+            elif not in_window(batch, start, end):
+                continue
+            yield batch
+
+    def _plan(self, start: dt.datetime, end: dt.datetime) -> list[_Planned | BillingFileError]:
+        """The files to read, in order: the newest run of each period folder overlapping the window."""
+        blobs = self._list()
+        names = {b.name for b in blobs}
+        periods: dict[str, tuple[dt.datetime, dt.datetime, dict[str, _Run]]] = {}
+        plain: list[_Planned | BillingFileError] = []
+        for blob in blobs:
+            found = list(_PERIOD_DIR.finditer(blob.name))
+            if not found:
+                if file_kind(blob.name, _SUFFIXES):
+                    plain.append(_Planned(blob.name))
+                continue
+            match = found[-1]
+            folder, rest = blob.name[: match.end()], blob.name[match.end() :]
+            if folder not in periods:
+                lo = dt.datetime.strptime(match[1], "%Y%m%d").replace(tzinfo=dt.UTC)
+                hi = dt.datetime.strptime(match[2], "%Y%m%d").replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
+                periods[folder] = (lo, hi, {})
+            run_dir = rest.rpartition("/")[0]
+            is_manifest = rest.rpartition("/")[2].lower() == "manifest.json"
+            if not run_dir and not file_kind(rest, _SUFFIXES):
+                continue  # neither a run folder nor a data file (a stray manifest of an older layout)
+            run = periods[folder][2].setdefault(run_dir or rest, _Run(folder + (run_dir or rest)))
+            run.blobs.append(blob)
+            if is_manifest:
+                run.manifest = blob.name
+        plan: list[_Planned | BillingFileError] = []
+        for lo, hi, runs in periods.values():
+            if not (lo < end and hi > start):
+                continue
+            candidates = list(runs.values())
+            if any(r.manifest for r in candidates):
+                candidates = [r for r in candidates if r.manifest]  # the others are still being written
+            newest = max(candidates, key=lambda r: (r.newest, r.key))
+            run_id = newest.key.rstrip("/").rpartition("/")[2]
+            if newest.manifest is None:
+                for blob in sorted(newest.blobs, key=lambda b: b.name):
+                    if file_kind(blob.name, _SUFFIXES):
+                        plan.append(_Planned(blob.name, lo, hi, run_id))
+                continue
+            try:
+                listed, dataset = self._manifest(newest.manifest)
+            except BillingFileError as error:
+                plan.append(error)
+                continue
+            for name in listed:
+                resolved = self._resolve(name, newest.manifest, names)
+                if resolved is None:
+                    plan.append(
+                        BillingFileError(
+                            self._label(name),
+                            f"named by the manifest {self._label(newest.manifest)} but not found",
+                        )
+                    )
+                elif not file_kind(resolved, _SUFFIXES):
+                    plan.append(
+                        BillingFileError(
+                            self._label(resolved),
+                            "not a CSV export file (azure_cost reads CSV or gzip CSV exports, not Parquet)",
+                        )
+                    )
+                else:
+                    plan.append(_Planned(resolved, lo, hi, run_id, dataset))
+        return plan + plain
+
+    def _manifest(self, name: str) -> tuple[list[str], Literal["amortized", "actual"] | None]:
+        label = self._label(name)
+        try:
+            manifest = json.loads(self._download(name))
+            listed = [str(b["blobName"]) for b in manifest["blobs"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BillingFileError(label, f"not an export manifest (no blobs[].blobName): {exc!r}") from None
+        config = manifest.get("exportConfig") if isinstance(manifest.get("exportConfig"), dict) else {}
+        kind = str(config.get("type") or "").replace(" ", "").lower()
+        return listed, _DATASETS.get(kind)
+
+    def _resolve(self, name: str, manifest: str, names: set[str]) -> str | None:
+        """A manifest's ``blobName`` is container-relative; a URL or a name relative to the run
+        folder is accepted too."""
+        text = name.strip()
+        if text.startswith("https://"):
+            container = urlsplit(self._container_url()).path.rstrip("/") + "/"
+            path = unquote(urlsplit(text).path)
+            text = path[len(container) :] if path.startswith(container) else path
+        text = text.lstrip("/")
+        for candidate in (text, manifest.rpartition("/")[0] + "/" + text):
+            if candidate in names:
+                return candidate
+        return None
+
+    def _container_url(self) -> str:
+        return str(self.config.blob_container_url).rstrip("/")
+
+    def _label(self, name: str) -> str:
+        return f"{self._container_url()}/{quote(name, safe='/')}"
+
+    def _list(self) -> list[_Blob]:
+        prefix = self.config.blob_prefix.strip("/")
+        prefix = prefix + "/" if prefix else ""
+        container = self._container()
+        what = f"List Blobs {self._container_url()} (prefix {prefix!r})"
+        return self._call(
+            what,
+            lambda: [
+                _Blob(b.name, b.last_modified) for b in container.list_blobs(name_starts_with=prefix or None)
+            ],
+        )
+
+    def _download(self, name: str) -> bytes:
+        container = self._container()
+        return self._call(
+            f"Get Blob {self._label(name)}", lambda: container.download_blob(name).readall(), name
+        )
+
+    def _call(self, what: str, request: Callable[[], _T], blob: str | None = None) -> _T:
+        """:func:`call_azure`'s mapping, with the Storage cases it cannot tell: a missing container
+        is a configuration error, a missing blob a file error, a refused SAS an authentication error."""
+        from azure.core.exceptions import HttpResponseError
+
+        def guarded() -> _T:
+            try:
+                return request()
+            except HttpResponseError as exc:
+                code = str(getattr(exc.error_code, "value", exc.error_code) or "")  # a StorageErrorCode
+                detail = f"{what}: HTTP {exc.status_code}: {code}"
+                if exc.status_code == 404 and blob is not None and code != "ContainerNotFound":
+                    raise BillingFileError(
+                        self._label(blob), f"the blob is gone ({code or 'HTTP 404'})"
+                    ) from None
+                if exc.status_code == 404:
+                    raise ConfigurationError(
+                        f"{SOURCE}: {detail}: no such container: check blob_container_url"
+                    ) from exc
+                if exc.status_code == 403 and code == "AuthenticationFailed":
+                    raise auth_error(SOURCE, detail, _AUTH_NEXT_STEP) from exc
+                raise
+
+        return call_azure(f"{SOURCE}: {what}", PERMISSION, guarded)
+
+    def _container(self) -> Any:
+        if self._client is None:
+            from azure.storage.blob import ContainerClient, ExponentialRetry
+
+            c = self.config
+            retry = ExponentialRetry(
+                initial_backoff=c.backoff_s,  # type: ignore[arg-type]
+                increment_base=3 * c.backoff_s,  # type: ignore[arg-type]
+                retry_total=c.max_retries,
+                random_jitter_range=min(3.0, c.backoff_s),  # type: ignore[arg-type]
+            )
+            kwargs: dict[str, Any] = {
+                "retry_policy": retry,
+                "connection_timeout": c.timeout_s,
+                "read_timeout": c.timeout_s,
+            }
+            if c.ca_file is not None:
+                kwargs["connection_verify"] = c.ca_file
+            self._client = ContainerClient.from_container_url(
+                self._container_url(), credential=self._cred(), **kwargs
+            )
+            self._owned.append(self._client)
+        return self._client
+
+    def _cred(self) -> Any:
+        if self._credential is None:
+            c = self.config
+            if c.sas_token is not None:
+                from azure.core.credentials import AzureSasCredential
+
+                return AzureSasCredential(c.sas_token.get_secret_value())
+            self._credential = build_credential(c.tenant_id, c.client_id, c.client_secret, c.authority_host)
+            self._owned.append(self._credential)
+        return self._credential
 
 
 def _key(column: str) -> pl.Expr:
