@@ -1,12 +1,17 @@
-"""``gcp_billing``: the Google Cloud Billing export to BigQuery, read from exported files.
+"""``gcp_billing``: the Google Cloud Billing export to BigQuery, from exported files or BigQuery.
 
-Sources: a local directory (read recursively) or file named by ``path``, holding the standard or
-resource-level (detailed) export table as BigQuery writes it out: JSON Lines with the nested
-records (``service{id,description}``, ``sku``, ``project``, ``labels[]``, ``system_labels[]``,
-``location``, ``resource``, ``usage``, ``credits[]``, ``invoice``), Parquet with the same nested
-columns, or a flat CSV (a query's output: ``service.id`` / ``service_id`` style names, labels and
-credits as JSON text in ``labels_json`` / ``credits_json``). ``.gz`` is undone whatever the name.
-Reading straight from BigQuery is not offered (no BigQuery client is a dependency).
+Sources (exactly one):
+
+* ``path``: a local directory (read recursively) or file holding the standard or resource-level
+  (detailed) export table as BigQuery writes it out: JSON Lines with the nested records
+  (``service{id,description}``, ``sku``, ``project``, ``labels[]``, ``system_labels[]``,
+  ``location``, ``resource``, ``usage``, ``credits[]``, ``invoice``), Parquet with the same nested
+  columns, or a flat CSV (a query's output: ``service.id`` / ``service_id`` style names, labels and
+  credits as JSON text in ``labels_json`` / ``credits_json``). ``.gz`` is undone whatever the name.
+* ``bigquery_table``: the export table itself, queried with ``google-cloud-bigquery`` (the ``gcp``
+  extra); see :meth:`GcpBillingConnector.read_bigquery` for the query, money, keys and
+  re-exported rows. Its rows are mapped to the same nested records as a JSONL export, so both
+  paths share every normalization below.
 
 Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
 
@@ -40,14 +45,17 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import polars as pl
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
+from connectors.base import ConfigurationError, FatalSourceError, RetriableError
 from connectors.billing import (
     MONEY,
     BillingBatch,
@@ -74,6 +82,7 @@ from connectors.billing_io import (
     require_columns,
     sha1_keys,
 )
+from connectors.cloud import auth_error, permission_error
 from service.billing.currencies import BILLING_CURRENCIES
 
 _D18 = pl.Decimal(38, 18)  # products and quotients are taken at 18 decimals, then rounded to 9
@@ -118,28 +127,108 @@ _NESTED: dict[str, tuple[str, ...]] = {
 REQUIRED = ("sku_description", "usage_start_time", "usage_end_time", "cost", "currency")
 _SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
+# BigQuery names: a project id (optionally domain-scoped, ``example.com:proj``), a dataset id, a
+# table id. Checked before the name is backquoted into the SQL (a name cannot be a parameter).
+_PROJECT = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_TABLE = re.compile(rf"({_PROJECT.pattern})\.([A-Za-z0-9_]{{1,1024}})\.([A-Za-z0-9_-]{{1,1024}})")
+_BIGQUERY_SCOPE = "https://www.googleapis.com/auth/bigquery"
+_NUMBER_TYPES = {"FLOAT", "FLOAT64", "NUMERIC", "BIGNUMERIC", "BIGDECIMAL", "INTEGER", "INT64"}
+# the export's columns the normalization reads: top-level column → its sub-fields (None: a leaf
+# or a repeated {key, value} record selected whole); ``credits`` is built separately
+_BQ_COLUMNS: dict[str, tuple[str, ...] | None] = {
+    "billing_account_id": None,
+    "service": ("id", "description"),
+    "sku": ("id", "description"),
+    "usage_start_time": None,
+    "usage_end_time": None,
+    "project": ("id",),
+    "labels": None,
+    "system_labels": None,
+    "location": ("region", "zone"),
+    "resource": ("name", "global_name"),
+    "cost": None,
+    "cost_at_list": None,
+    "currency": None,
+    "usage": ("amount", "unit", "amount_in_pricing_units", "pricing_unit"),
+    "invoice": ("month",),
+    "cost_type": None,
+    "export_time": None,
+}
+_BQ_REQUIRED = ("sku", "usage_start_time", "usage_end_time", "cost", "currency")
+_BQ_TIMES = ("usage_start_time", "usage_end_time", "export_time")
+
+
+def _struct(*names: str) -> pl.Struct:
+    return pl.Struct({n: pl.String() for n in names})
+
+
+# the nested frame a query's rows become: the JSONL export's shape, every leaf text
+_BQ_FRAME: dict[str, pl.DataType] = {
+    LINE: pl.Int64(),
+    **{
+        c: (_LABEL if c in ("labels", "system_labels") else _struct(*f) if f else pl.String())
+        for c, f in _BQ_COLUMNS.items()
+    },
+    "credits": _CREDIT,
+}
+
 
 class GcpBillingConfig(BillingConfig):
-    """``path``: a directory (read recursively) or a file of the BigQuery billing export
-    (``.jsonl``/``.json``/``.ndjson``, ``.csv``, ``.parquet``, each optionally ``.gz``)."""
+    """Exactly one source:
+
+    * ``path``: a directory (read recursively) or a file of the BigQuery billing export
+      (``.jsonl``/``.json``/``.ndjson``, ``.csv``, ``.parquet``, each optionally ``.gz``);
+    * ``bigquery_table``: ``project.dataset.gcp_billing_export[_resource]_v1_<ACCOUNT>``, read
+      with a query. ``bigquery_project``: the project that runs (and pays for) the query, default
+      the table's; ``credentials_file``: a service-account key file, else Application Default
+      Credentials; ``api_endpoint``: another BigQuery endpoint (tests, Private Service Connect);
+      ``page_size``: rows per page, one batch each (bounds memory); ``max_retries``,
+      ``backoff_s``, ``timeout_s``: about ``max_retries`` retries of throttling/5xx with
+      exponential backoff from ``backoff_s`` (the client's deadline-based retry: the deadline is
+      ``timeout_s`` plus the backoffs), ``timeout_s`` per request.
+    """
 
     type: Literal["gcp_billing"] = "gcp_billing"
+    bigquery_table: str | None = None
+    bigquery_project: str | None = None
+    credentials_file: str | None = None
+    api_endpoint: str | None = None
+    page_size: int = Field(5000, ge=1, le=100_000)
+    max_retries: int = Field(5, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0)
+    timeout_s: float = Field(60.0, gt=0)
 
     @model_validator(mode="after")
-    def _needs_path(self) -> GcpBillingConfig:
-        if not self.path:
-            raise ValueError('"path" is required: the directory or file of the exported billing table')
+    def _one_source(self) -> GcpBillingConfig:
+        if self.path and self.bigquery_table:
+            raise ValueError('"path" and "bigquery_table" are exclusive: name one source')
+        if not self.path and not self.bigquery_table:
+            raise ValueError(
+                '"path" (the directory or file of the exported billing table) or "bigquery_table" is required'
+            )
+        if self.bigquery_table is not None and not _TABLE.fullmatch(self.bigquery_table):
+            raise ValueError(f'"bigquery_table" must be "project.dataset.table", not {self.bigquery_table!r}')
+        if self.bigquery_project is not None and not _PROJECT.fullmatch(self.bigquery_project):
+            raise ValueError(f'"bigquery_project" is not a project id: {self.bigquery_project!r}')
+        bigquery_only = ("bigquery_project", "credentials_file", "api_endpoint")
+        stray = [k for k in bigquery_only if getattr(self, k) is not None and not self.bigquery_table]
+        if stray:
+            raise ValueError(f'"{stray[0]}" applies to "bigquery_table" only')
         return self
 
 
 class GcpBillingConnector:
-    """Reads GCP billing export files; one :class:`BillingBatch` per file."""
+    """Reads the GCP billing export: one :class:`BillingBatch` per file, or per page of a query."""
 
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[GcpBillingConfig]] = GcpBillingConfig
 
-    def __init__(self, config: GcpBillingConfig) -> None:
+    def __init__(self, config: GcpBillingConfig, *, client: Any = None, credentials: Any = None) -> None:
+        """``client``: a ``google.cloud.bigquery.Client`` to use (not closed here); ``credentials``:
+        ``google.auth`` credentials for the client built from the config (tests pass
+        ``AnonymousCredentials`` with ``api_endpoint``)."""
         self.config = config
+        self._client, self._credentials, self._own_client = client, credentials, client is None
 
     def files(self) -> list[Path]:
         return export_files(Path(str(self.config.path)), _SUFFIXES)
@@ -147,7 +236,10 @@ class GcpBillingConnector:
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
         """Batches of the files with a line charged in ``[start, end)`` (or with no good line:
         their refusals must be seen). A whole unreadable file raises :class:`BillingFileError`
-        from ``next()``; the iterator then goes on with the next file."""
+        from ``next()``; the iterator then goes on with the next file. With ``bigquery_table``:
+        :meth:`read_bigquery`."""
+        if self.config.bigquery_table:
+            return self.read_bigquery(start, end)
         return FileBatches(self.files(), self.read_file, start, end)
 
     def read_file(self, path: Path, data: bytes | None = None) -> BillingBatch:
@@ -177,8 +269,175 @@ class GcpBillingConnector:
         refused = [*refused, *bad]
         return BillingBatch(lines=lines, source_file=file, refused=refused, read=read)
 
+    # --- BigQuery --------------------------------------------------------------------------------
+
+    def read_bigquery(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+        """The export table's rows whose usage starts in ``[start, end)``, one batch per page.
+
+        **The query.** One standard-SQL query, the window as ``TIMESTAMP`` parameters ``@start``
+        and ``@end`` (no user value is formatted into the SQL; the table name, checked against
+        ``project.dataset.table`` by the config, is backquoted). It selects only the columns the
+        normalization reads (BigQuery bills by the columns scanned), picked from the table's
+        schema (``tables.get`` first: the standard export has no ``resource``, older tables no
+        ``cost_at_list``), and the rows with ``usage_start_time >= @start AND usage_start_time <
+        @end`` — the same scope in which the ingestor replaces lines (``charge_start`` in the
+        batch's period), so adjacent windows neither miss nor read twice a row that straddles
+        their boundary. The export is partitioned by export day (``_PARTITIONTIME``, or a
+        partitioning column): a row is exported after its usage, so ``partition >= @start − 1
+        day`` prunes every older partition without losing a row (one day of margin for the
+        partition's day boundary); later partitions are read, they hold late and corrected rows.
+
+        **Re-exported rows.** The export has no row id and never rewrites a row: late usage and
+        corrections arrive as *more* rows (later ``export_time``) whose costs add to the earlier
+        ones — Google's own cost queries ``SUM(cost)`` over all rows. So every row is kept; keeping
+        only the newest ``export_time`` per (SKU, resource, hour) would drop real charges. A read
+        of a window replaces the connector's lines charged in it (``period_start``/``period_end``
+        = the window), so re-reading a window after late rows arrived is exact. Two rows equal in
+        every selected column *including* ``export_time`` are refused as duplicates.
+
+        **Money exact.** The REST API sends every cell as text, but the Python client turns a
+        ``FLOAT64`` cell into a ``float``. The query therefore returns every FLOAT64 (``cost``,
+        ``cost_at_list``, ``usage.amount``, ``usage.amount_in_pricing_units``,
+        ``credits[].amount``) as ``CAST(CAST(x AS NUMERIC) AS STRING)``: ``NUMERIC`` rounds the
+        double to 9 decimals (half away from zero, from its exact binary value — the ledger's money
+        quantum, so nothing the ledger keeps is lost) and its ``STRING`` form is plain decimal text
+        (never ``1e-05``, which ``CAST(float AS STRING)`` can give), which reaches ``Decimal(38, 9)``
+        without a float. The one possible difference from a JSONL file of the same rows (whose
+        shortest float text is rounded half to even at the 9th decimal) is 1e-9 on a value whose
+        text has a 5 at the 10th decimal and nothing after — none in the fixtures.
+
+        **Keys and lines.** ``source_file`` = ``bigquery://project.dataset.table?window=<start>/<end>``:
+        the window is part of it because the ingestor also replaces a batch's whole
+        ``source_file`` — one name for the table would delete the lines of every other window.
+        ``line_no`` = the row's number in this query's result (1-based, across pages; BigQuery
+        gives no stable order without a costly ``ORDER BY``, so it locates a row for this run
+        only). ``line_key`` = ``sha1:`` + SHA-1 of the row's selected columns as canonical JSON
+        (sorted keys, text values): stable for the same row in every later read, but not the
+        key a JSONL file of the same row gets (that one hashes the file's raw line, whose exact
+        bytes — every column, BigQuery's float and timestamp rendering — a query cannot
+        reproduce); the normalized lines are otherwise identical.
+
+        Errors: a missing table or dataset → :class:`ConfigurationError` naming the table; a
+        query the table cannot answer (400) → :class:`ConfigurationError`; refused (403) →
+        :class:`FatalSourceError` naming ``roles/bigquery.dataViewer`` on the dataset and
+        ``roles/bigquery.jobUser`` on the query project; 401 or no credentials →
+        :class:`FatalSourceError` with the next step; throttling (429, 403 ``rateLimitExceeded``)
+        and 5xx are retried by the client, then :class:`RetriableError`.
+        """
+        table_id = str(self.config.bigquery_table)
+        window = f"{_iso(start)}/{_iso(end)}"
+        file = f"bigquery://{table_id}?window={window}"
+        try:
+            client = self._bigquery_client()
+            retry = self._retry()
+            timeout = self.config.timeout_s
+            table = client.get_table(table_id, retry=retry, timeout=timeout)
+            sql = build_query(table_id, table.schema, table.time_partitioning)
+            bigquery = _bigquery()
+            job_config = bigquery.QueryJobConfig(
+                query_parameters=[
+                    bigquery.ScalarQueryParameter("start", "TIMESTAMP", start.astimezone(dt.UTC)),
+                    bigquery.ScalarQueryParameter("end", "TIMESTAMP", end.astimezone(dt.UTC)),
+                ],
+                use_legacy_sql=False,
+            )
+            job = client.query(
+                sql, job_config=job_config, project=self._query_project(), retry=retry, timeout=timeout
+            )
+            rows = job.result(page_size=self.config.page_size, retry=retry, job_retry=self._job_retry())
+            line = 0
+            for page in rows.pages:
+                records = []
+                for row in page:
+                    line += 1
+                    records.append(_bigquery_record(row, line))
+                if records:
+                    yield self._bigquery_batch(records, file, start, end)
+        except _ConnectorErrors:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to the connector's error classes below
+            mapped = _bigquery_error(exc, table_id, self._query_project())
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _bigquery_batch(
+        self, records: list[dict[str, Any]], file: str, start: dt.datetime, end: dt.datetime
+    ) -> BillingBatch:
+        keys = pl.DataFrame(
+            {LINE: [r[LINE] for r in records], "line_key": [r.pop("_key") for r in records]},
+            schema={LINE: pl.Int64, "line_key": pl.String},
+        )
+        nested = pl.DataFrame(records, schema=_BQ_FRAME)
+        frame = _from_nested(nested, file).join(keys, on=LINE, how="left")
+        lines, refused = normalize(frame, file)
+        return BillingBatch(
+            lines=lines,
+            source_file=file,
+            refused=refused,
+            read=len(records),
+            period_start=start.astimezone(dt.UTC),
+            period_end=end.astimezone(dt.UTC),
+        )
+
+    def _query_project(self) -> str:
+        return self.config.bigquery_project or _table_parts(str(self.config.bigquery_table))[0]
+
+    def _bigquery_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        bigquery = _bigquery()
+        credentials = self._credentials
+        if credentials is None and self.config.credentials_file:
+            from google.oauth2 import service_account
+
+            try:
+                credentials = service_account.Credentials.from_service_account_file(
+                    self.config.credentials_file, scopes=[_BIGQUERY_SCOPE]
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                raise ConfigurationError(
+                    f"gcp_billing: credentials_file {self.config.credentials_file!r} is not a readable"
+                    f" service-account key file ({type(exc).__name__})"
+                ) from None
+        options = {"api_endpoint": self.config.api_endpoint} if self.config.api_endpoint else None
+        self._client = bigquery.Client(
+            project=self._query_project(), credentials=credentials, client_options=options
+        )
+        return self._client
+
+    def _retry(self) -> Any:
+        """The client's retry, predicate widened to every 429/5xx, deadline from the config."""
+        if self.config.max_retries == 0:
+            return None
+        from google.api_core import retry as api_retry
+
+        return api_retry.Retry(
+            predicate=_retriable,
+            initial=self.config.backoff_s,
+            maximum=max(self.config.backoff_s, 60.0),
+            multiplier=2.0,
+            timeout=self._deadline(),
+        )
+
+    def _job_retry(self) -> Any:
+        """Re-running a query job that failed for a retriable reason, within the same deadline."""
+        if self.config.max_retries == 0:
+            return None
+        from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY
+
+        return DEFAULT_JOB_RETRY.with_timeout(self._deadline())
+
+    def _deadline(self) -> float:
+        c = self.config
+        backoffs = sum(min(c.backoff_s * 2**i, 60.0) for i in range(c.max_retries))
+        return c.timeout_s + backoffs
+
     def close(self) -> None:
-        """Nothing to release: files are read whole and closed."""
+        """Closes the BigQuery client this connector built (files are read whole and closed)."""
+        if self._own_client and self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
@@ -451,3 +710,154 @@ def _to_lines(good: pl.DataFrame, file: str) -> pl.DataFrame:
         pl.when(tag_text != "").then(pl.concat_str(pl.lit("{"), tag_text, pl.lit("}"))).alias("tags"),
     )
     return conform(lines)
+
+
+# --- BigQuery helpers -------------------------------------------------------------------------
+
+
+def _bigquery() -> Any:
+    try:
+        from google.cloud import bigquery
+    except ImportError:
+        raise ConfigurationError(
+            'gcp_billing: "bigquery_table" needs google-cloud-bigquery: pip install "gpu-ledger[gcp]"'
+        ) from None
+    return bigquery
+
+
+def _table_parts(table_id: str) -> tuple[str, str, str]:
+    match = _TABLE.fullmatch(table_id)
+    if match is None:
+        raise ConfigurationError(
+            f'gcp_billing: "bigquery_table" must be "project.dataset.table": {table_id!r}'
+        )
+    return match.group(1), match.group(2), match.group(3)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _number(expr: str) -> str:
+    # NUMERIC: the double rounded to 9 decimals; its STRING: plain decimal text (no exponent)
+    return f"CAST(CAST({expr} AS NUMERIC) AS STRING)"
+
+
+def build_query(table_id: str, schema: Sequence[Any], partitioning: Any = None) -> str:
+    """The SELECT over ``table_id`` for the columns of ``schema`` (``SchemaField`` list) the
+    normalization reads; ``@start``/``@end`` are its parameters. Raises ConfigurationError when
+    the table lacks a column every billing export has."""
+    fields = {f.name: f for f in schema}
+    missing = [c for c in _BQ_REQUIRED if c not in fields]
+    if "sku" in fields and "description" not in {f.name for f in fields["sku"].fields}:
+        missing.append("sku.description")
+    if missing:
+        raise ConfigurationError(
+            f"gcp_billing: {table_id} is not a Cloud Billing export table: no column {missing[0]!r}"
+        )
+
+    def leaf(field: Any, expr: str) -> str:
+        return _number(expr) if field.field_type.upper() in _NUMBER_TYPES else expr
+
+    items: list[str] = []
+    for column, subfields in _BQ_COLUMNS.items():
+        field = fields.get(column)
+        if field is None:
+            continue
+        if subfields is None:
+            items.append(f"{leaf(field, column)} AS {column}")
+            continue
+        inner = {f.name: f for f in field.fields}
+        parts = [f"{leaf(inner[n], f'{column}.{n}')} AS {n}" for n in subfields if n in inner]
+        if parts:
+            items.append(f"STRUCT({', '.join(parts)}) AS {column}")
+    if "credits" in fields:
+        inner = {f.name: f for f in fields["credits"].fields}
+        parts = [f"{leaf(inner[n], f'c.{n}')} AS {n}" for n in ("name", "amount", "type") if n in inner]
+        items.append(
+            f"ARRAY(SELECT AS STRUCT {', '.join(parts)} FROM UNNEST(credits) AS c WITH OFFSET AS o"
+            " ORDER BY o) AS credits"
+        )
+    where = ["usage_start_time >= @start", "usage_start_time < @end"]
+    if partitioning is not None:
+        column = getattr(partitioning, "field", None) or "_PARTITIONTIME"
+        if column in ("_PARTITIONTIME", "export_time"):
+            where.append(f"{column} >= TIMESTAMP_SUB(@start, INTERVAL 1 DAY)")
+    project, dataset, table = _table_parts(table_id)
+    return "SELECT " + ", ".join(items) + f" FROM `{project}.{dataset}.{table}` WHERE " + " AND ".join(where)
+
+
+def _text_times(value: Any) -> Any:
+    return value.astimezone(dt.UTC).isoformat(sep=" ") if isinstance(value, dt.datetime) else value
+
+
+def _bigquery_record(row: Any, line: int) -> dict[str, Any]:
+    """A result row as the nested record a JSONL export holds (text leaves), ``_line`` and its key."""
+    record = {name: _text_times(value) if name in _BQ_TIMES else value for name, value in row.items()}
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    record["_key"] = "sha1:" + hashlib.sha1(canonical.encode()).hexdigest()
+    record[LINE] = line
+    return record
+
+
+def _retriable(exc: BaseException) -> bool:
+    from google.api_core import exceptions as gexc
+    from google.cloud.bigquery.retry import DEFAULT_RETRY
+
+    if isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
+        return True
+    return bool(DEFAULT_RETRY._predicate(exc))  # rateLimitExceeded/backendError reasons, connection errors
+
+
+_ConnectorErrors = (ConfigurationError, FatalSourceError, RetriableError)
+
+
+def _reasons(exc: Any) -> set[str]:
+    return {e.get("reason", "") for e in (getattr(exc, "errors", None) or []) if isinstance(e, dict)}
+
+
+def _bigquery_error(exc: Exception, table_id: str, query_project: str) -> Exception:
+    """A client or transport exception as the connector's error, with the operator's next step."""
+    import concurrent.futures
+
+    import requests
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    source = f"gcp_billing (BigQuery {table_id})"
+    project, dataset, _ = _table_parts(table_id)
+    detail = getattr(exc, "message", None) or str(exc)
+    detail = detail.split("\n")[0][:300]
+    if isinstance(exc, gexc.RetryError):
+        cause = exc.cause
+        return RetriableError(f"{source}: gave up after retries: {cause or exc}")
+    if isinstance(exc, gexc.Forbidden) and _reasons(exc) & {"rateLimitExceeded", "quotaExceeded"}:
+        return RetriableError(f"{source}: quota or rate limit ({detail})")
+    if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied):
+        return permission_error(
+            source,
+            detail,
+            f"roles/bigquery.dataViewer on the dataset {project}.{dataset} (to read the table) and"
+            f" roles/bigquery.jobUser on the project {query_project} (to run the query)",
+        )
+    if isinstance(exc, gexc.Unauthorized | gexc.Unauthenticated | auth_exc.GoogleAuthError):
+        return auth_error(
+            source,
+            detail,
+            "set credentials_file to a service-account key file, or provide Application Default"
+            " Credentials (GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth application-default login`)",
+        )
+    if isinstance(exc, gexc.NotFound):
+        return ConfigurationError(
+            f"{source}: not found ({detail}). Check bigquery_table {table_id!r}: the billing export's"
+            " project, dataset and table name (gcp_billing_export_resource_v1_<BILLING_ACCOUNT_ID>)"
+        )
+    if isinstance(exc, gexc.BadRequest):
+        return ConfigurationError(f"{source}: the table cannot answer the billing query ({detail})")
+    if isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
+        return RetriableError(f"{source}: {detail}")
+    if isinstance(exc, requests.exceptions.RequestException | concurrent.futures.TimeoutError | OSError):
+        return RetriableError(f"{source}: {type(exc).__name__}: {detail}")
+    if isinstance(exc, gexc.GoogleAPICallError):
+        return FatalSourceError(f"{source}: {detail}")
+    return exc
