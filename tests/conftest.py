@@ -32,6 +32,9 @@ from sqlmodel import SQLModel
 import service.models  # noqa: F401  (registers every table on SQLModel.metadata)
 from service.db import make_engine, migrate
 
+# The moto server fixtures (moto, aws_client…) for every test that asks for them.
+pytest_plugins = ["awsfake.fixtures"]
+
 PG_ADMIN_URL = os.environ.get(
     "GPU_LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

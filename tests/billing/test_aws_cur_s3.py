@@ -18,7 +18,6 @@ from typing import Any
 
 import polars as pl
 import pytest
-from awsfake.fixtures import aws_client, aws_endpoint, moto  # noqa: F401 (pytest fixtures)
 from awsfake.server import KEY_ID, SECRET
 
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector

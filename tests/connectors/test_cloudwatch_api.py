@@ -16,8 +16,6 @@ from connectors.base import ConfigurationError, FatalSourceError, RetriableError
 from connectors.cloudwatch import CloudWatchConfig, CloudWatchConnector, client_factory
 from connectors.registry import connector_class, validate_config
 
-pytest_plugins = ["awsfake.fixtures"]  # moto, aws_client
-
 T0 = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 M = dt.timedelta(minutes=1)
 H = dt.timedelta(hours=1)

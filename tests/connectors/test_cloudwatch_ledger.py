@@ -28,8 +28,6 @@ from service.db import make_engine
 from service.ledger.ingest import ingest_window
 from service.models import Device, LedgerHour
 
-pytest_plugins = ["awsfake.fixtures"]  # moto, aws_client
-
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "aws"
 MIB = 1024 * 1024
 R3 = "i-05b8e2d7c4a1f9603"
