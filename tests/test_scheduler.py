@@ -137,7 +137,7 @@ def test_runs_enabled_metrics_connectors_on_their_interval(engine: Engine) -> No
     assert {c[0] for c in ingest.calls} == {"a"}
     name, start, end, kw = ingest.calls[0]
     assert (start, end) == (dt.datetime(2025, 9, 9, 12, tzinfo=UTC), dt.datetime(2025, 9, 10, 13, tzinfo=UTC))
-    assert kw == {"sites": ("site",), "idle_threshold_pct": 7.5}
+    assert kw == {"sites": ("site",), "idle_threshold_pct": 7.5, "after_ingest": None}
     later = [c for c in ingest.calls if c[2] == dt.datetime(2025, 9, 10, 15, tzinfo=UTC)][0]
     # from the watermark 13:00 − presence gap 1 h − 1 h
     assert later[1] == dt.datetime(2025, 9, 10, 11, tzinfo=UTC)
