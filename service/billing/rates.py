@@ -73,6 +73,18 @@ _FRACTION_DENOMINATOR = 1000  # as service.pricing.apply: MIG k/7 stays exact
 
 _LINE = BillingLine.__table__  # type: ignore[attr-defined]
 _HOUR = LedgerHour.__table__  # type: ignore[attr-defined]
+#: Sets one ledger row's price (executemany over ``_id``/``_cost``/``_idle``/``_cur``/``_src``).
+_SET_PRICE = (
+    update(_HOUR)
+    .where(_HOUR.c.id == bindparam("_id"))
+    .values(
+        cost=bindparam("_cost"),
+        idle_cost=bindparam("_idle"),
+        energy_cost=None,
+        currency=bindparam("_cur"),
+        rate_source=bindparam("_src"),
+    )
+)
 _RATE = GpuRate.__table__  # type: ignore[attr-defined]
 _DEVICE = Device.__table__  # type: ignore[attr-defined]
 
@@ -436,15 +448,7 @@ def reprice(
         )
         if updates:
             conn.execute(
-                update(_HOUR)
-                .where(_HOUR.c.id == bindparam("_id"))
-                .values(
-                    cost=bindparam("_cost"),
-                    idle_cost=bindparam("_idle"),
-                    energy_cost=None,
-                    currency=bindparam("_cur"),
-                    rate_source=bindparam("_src"),
-                ),
+                _SET_PRICE,
                 updates,
             )
         if unmonitored:
@@ -596,18 +600,7 @@ def _reprice_orphans(conn: Connection, start_h: int, end_h: int, repriced: set[i
         }
         for r in priced.iter_rows(named=True)
     ]
-    conn.execute(
-        update(_HOUR)
-        .where(_HOUR.c.id == bindparam("_id"))
-        .values(
-            cost=bindparam("_cost"),
-            idle_cost=bindparam("_idle"),
-            energy_cost=None,
-            currency=bindparam("_cur"),
-            rate_source=bindparam("_src"),
-        ),
-        params,
-    )
+    conn.execute(_SET_PRICE, params)
 
 
 def _book(conn: Connection, start_h: int, end_h: int) -> PriceBook:
