@@ -26,7 +26,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -367,3 +367,102 @@ def sha1_keys(texts: pl.Series) -> pl.Series:
     by it). The rest of a parse stays columnar.
     """
     return pl.Series(["sha1:" + hashlib.sha1(t.encode()).hexdigest() for t in texts], dtype=pl.String)
+
+
+# --- streaming a large file: one chunk of text in memory at a time ---------------------------------
+
+BLOCK_BYTES = 1 << 20
+
+
+def csv_chunks(
+    read: Callable[[int], bytes], file: str, rows: int, *, block: int = BLOCK_BYTES
+) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
+    """A CSV stream (``read(n)``: up to ``n`` more bytes, ``b""`` at the end) → :func:`csv_frame`
+    results of about ``rows`` records each, ``_line`` and refusals numbered in the whole file.
+
+    Chunks are cut at line ends by size: the average record length of the first MiB after the
+    header times ``rows`` (byte searches, no step per row; export files hold no newline in a
+    field), each chunk at least that long and running to the next line end — the same cuts as
+    cutting the whole file in memory, with only the chunk being cut (and one read ``block``) held.
+    Each chunk is parsed with the header in front, so every check of :func:`csv_frame` (non-UTF-8
+    bytes, a record with fewer fields, a byte-order mark) applies per chunk as on the whole file.
+    """
+    buf = bytearray()
+    eof = False
+
+    def more(want: int) -> None:
+        nonlocal eof
+        while not eof and len(buf) < want:
+            piece = read(max(block, want - len(buf), 1))
+            if piece:
+                buf.extend(piece)
+            else:
+                eof = True
+
+    searched = 0
+    while (newline := buf.find(b"\n", searched)) < 0 and not eof:
+        searched = len(buf)
+        more(len(buf) + 1)
+    header_end = newline + 1
+    more(header_end + 1)
+    if header_end == 0 or len(buf) <= header_end:
+        yield csv_frame(bytes(buf), file)  # header only (or empty): csv_frame says what is wrong
+        return
+    header = bytes(buf[:header_end])
+    more(header_end + (1 << 20))
+    sample = bytes(buf[header_end : header_end + (1 << 20)])
+    avg = max(1, len(sample) // max(1, sample.count(b"\n")))
+    size = max(1, avg * rows)
+    del buf[:header_end], sample
+    line = 2  # line of the chunk's first record (the header is line 1)
+    while True:
+        more(size)
+        searched = size - 1
+        while (cut := buf.find(b"\n", searched)) < 0 and not eof:
+            searched = max(searched, len(buf))
+            more(len(buf) + 1)
+        cut = len(buf) if cut < 0 else cut + 1
+        if cut == 0:
+            return
+        body = bytes(memoryview(buf)[:cut])
+        del buf[:cut]
+        if body.strip():
+            frame, refused = csv_frame(header + body, file)
+            shift = line - 2
+            if shift:
+                frame = frame.with_columns(pl.col(LINE) + shift)
+                refused = [
+                    RefusedRow(r.file, None if r.line is None else r.line + shift, r.column, r.reason, r.raw)
+                    for r in refused
+                ]
+            yield frame, refused
+        line += body.count(b"\n")
+
+
+def parquet_chunks(path: str | Path, file: str, rows: int) -> Iterator[pl.DataFrame]:
+    """A Parquet file in frames of ``rows`` records (the last one shorter), ``_line`` = record
+    number in the file (1-based), decoded one batch at a time; an empty file gives one empty
+    frame. A file whose footer cannot be read (truncated) is refused before any frame."""
+
+    def unreadable(exc: Exception) -> BillingFileError:
+        return BillingFileError(file, f"not a readable Parquet file (truncated?): {exc}")
+
+    try:
+        schema = pl.read_parquet_schema(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise unreadable(exc) from None
+    offset = 1
+    try:
+        for batch in pl.scan_parquet(path).collect_batches(chunk_size=rows):
+            if batch.height == 0:
+                continue
+            yield batch.with_row_index(LINE, offset=offset).with_columns(pl.col(LINE).cast(pl.Int64))
+            offset += batch.height
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise unreadable(exc) from None
+    if offset == 1:
+        yield (
+            pl.DataFrame(schema=schema)
+            .with_row_index(LINE, offset=1)
+            .with_columns(pl.col(LINE).cast(pl.Int64))
+        )
