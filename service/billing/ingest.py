@@ -14,15 +14,31 @@ window and, for each:
 3. replaces what the batch says it replaces (``BillingBatch`` docstring): with a billing period,
    all the source's lines charged in it (and the lines of the batch's files) — so a newer AWS
    assembly supersedes the old one and a re-import is exact; without one, the file's lines. The
-   delete, the insert and the ``billing_file`` rows of one period (or file) are ONE transaction.
+   delete, the inserts and the ``billing_file`` rows of one period (or file) are ONE transaction.
    Batches of one period are expected one after another (a CUR in parts): a period that shows up
    again later in the same run is appended to, not replaced a second time.
+
+Streaming, in bounded memory: the transaction of a replacement unit opens on its first batch
+(deleting the old lines and ``billing_file`` rows of the period — and of each file the first time
+the run meets it), stays open while its batches come — each is checked, inserted and dropped —
+and commits when the next unit starts or the input ends. Nothing of a batch outlives it: a
+``line_key`` is checked against ``billing_line`` itself (one query per batch), where the lines of
+the run's earlier batches already are — committed, or inserted earlier in the open transaction,
+which the same connection sees; a stored line of a file the run has met is "first on" that line,
+any other is "already imported". What grows with the run is a summary per file. On SQLite the
+open unit holds the database's write lock (readers go on, under WAL) until it commits.
 
 Refused rows (the parser's and the ingestor's) go to the ``rejection`` table with the run id. A
 file that cannot be read at all (:class:`~connectors.billing.BillingFileError`, raised by the
 connector's iterator or yielded in place of a batch) gets a ``billing_file`` row with its error and
-a rejection; the other files go on. A connector whose ``read`` is a plain generator cannot go on
-after raising: its remaining files are then not read, which the failed status makes visible.
+a rejection; the other files go on (the open unit is committed first, as at any unit's end). A
+connector whose ``read`` is a plain generator cannot go on after raising: its remaining files are
+then not read, which the failed status makes visible.
+
+A connector error (or any other) while a unit is open rolls that unit back: the batches read of it
+may not be all of it (a CUR part or a chunk missing), and replacing a period with part of it
+would lose lines — so its old lines, ``billing_file`` rows and the run's rejections for it stay as
+they were, and its files are not in the run's counts. The units completed before are stored.
 
 The run is recorded like a metrics window (``service.runs``): status ``OK``; ``MISSING_DATA``
 when the source had no file for the window; ``PARSE_ERROR`` when a file failed; a connector error's
@@ -47,7 +63,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import polars as pl
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from connectors.base import ConnectorError, ConnectorStatus
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
@@ -123,17 +139,6 @@ class BillingImportResult:
         return tuple(f for f in self.files if f.error is not None)
 
 
-@dataclass(slots=True)
-class _Pending:
-    """The checked batches of one replacement unit (a billing period or a file)."""
-
-    period: Period | None
-    files: dict[str, FileSummary] = field(default_factory=dict)
-    frames: list[pl.DataFrame] = field(default_factory=list)
-    refused: list[RefusedRow] = field(default_factory=list)
-    aliases: dict[str, str] = field(default_factory=dict)  # a line's source_file → its batch's file
-
-
 def ingest_billing(
     engine: Engine,
     name: str,
@@ -162,14 +167,15 @@ def ingest_billing(
                 importer.failed(item)
             else:
                 importer.add(item)
-        importer.flush()
+        importer.commit()
         if hook is not None and importer.periods:
             hook(engine, merge_periods(importer.periods))
     except ConnectorError as error:
-        importer.flush_quietly()
+        importer.abort()
         finish_run(engine, name, run_id, error.status, importer.totals(), clock(), error=str(error))
         raise
     except Exception as error:
+        importer.abort()
         finish_run(
             engine,
             name,
@@ -180,6 +186,8 @@ def ingest_billing(
             error=f"{type(error).__name__}: {error}",
         )
         raise
+    finally:
+        importer.abort()  # a unit still open here did not end normally (nothing to do otherwise)
     files = tuple(importer.files)
     failed = [f for f in files if f.error]
     unknown = tuple(sorted(importer.unknown))
@@ -227,7 +235,28 @@ def _items(batches: Iterator[BillingBatch] | object) -> Iterator[BillingBatch | 
         yield item
 
 
+@dataclass(slots=True)
+class _Unit:
+    """The replacement unit being imported (a billing period, or a file without one): its
+    transaction stays open across its batches, so a reader sees the old lines until it commits."""
+
+    key: tuple[object, ...]
+    period: Period | None
+    conn: Connection
+    cache: int | None = None
+    files: dict[str, FileSummary] = field(default_factory=dict)
+    written: int = 0
+    first_start: dt.datetime | None = None
+    last_end: dt.datetime | None = None
+
+
 class _Importer:
+    """Streams batches into the database: each batch is checked, inserted into its unit's open
+    transaction and dropped. What grows with the run is one summary per file, the names of the
+    files seen and the spans to re-price — never the lines or their keys: a key is looked up in
+    ``billing_line`` itself, where the lines of earlier batches (committed, or inserted earlier in
+    the open transaction, which the same connection sees) already are."""
+
     def __init__(
         self,
         engine: Engine,
@@ -240,16 +269,15 @@ class _Importer:
         self.engine, self.source, self.run_id, self.catalog = engine, source, run_id, catalog
         self.on_file, self.clock = on_file, clock
         self.files: list[FileSummary] = []
-        self.pending: _Pending | None = None
-        self.pending_key: tuple[object, ...] | None = None
+        self.unit: _Unit | None = None
         self.done: set[tuple[object, ...]] = set()
-        self.seen = pl.DataFrame(
-            schema={"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
-        )
+        self.run_files: set[str] = set()  # every source_file of the run (a line's own and its batch's)
         self.periods: list[Period] = []
         self.unknown: set[str] = set()
         self.replaced = 0
         self.written = 0
+        limit = MONEY_LIMITS.get(engine.dialect.name, MONEY_LIMITS["postgresql"])
+        self.limit = min(limit, Decimal("1e15") - Decimal("1e-9"))
 
     def totals(self) -> dict[str, int]:
         # connector_run keeps read == accepted + rejected: rows skipped by a documented rule are
@@ -263,10 +291,10 @@ class _Importer:
     def add(self, batch: BillingBatch) -> None:
         period = (batch.period_start, batch.period_end) if batch.period_start and batch.period_end else None
         key: tuple[object, ...] = ("period", *period) if period else ("file", batch.source_file)
-        if key != self.pending_key:
-            self.flush()
-            self.pending, self.pending_key = _Pending(period), key
-        assert self.pending is not None
+        if self.unit is None or key != self.unit.key:
+            self.commit()
+            self.unit = self._begin(key, period)
+        unit = self.unit
         lines = fill_gpus(conform(batch.lines), self.catalog)
         unknown = unknown_gpu_types(lines, self.catalog)
         if unknown:
@@ -279,10 +307,14 @@ class _Importer:
         if batch.source_file:
             lines = lines.with_columns(pl.col("source_file").fill_null(batch.source_file))
         name = batch.source_file or (str(lines["source_file"][0]) if lines.height else "")
-        summary = self.pending.files.setdefault(name, FileSummary(name))
-        for other in lines["source_file"].drop_nulls().unique().to_list():
-            self.pending.aliases[other] = name
-        lines, refused = self._check(lines)
+        summary = unit.files.setdefault(name, FileSummary(name))
+        # A file met for the first time in this run: its earlier import's lines go (those outside
+        # the period too), before its keys are checked against what is stored.
+        new_files = sorted({name, *lines["source_file"].drop_nulls().unique().to_list()} - self.run_files)
+        if new_files:
+            self._delete(unit, period=None, files=new_files)
+            self.run_files.update(new_files)
+        lines, refused = self._check(unit.conn, lines)
         summary.read += batch.read
         summary.skipped += batch.skipped
         for reason, n in batch.skipped_reasons.items():
@@ -291,12 +323,35 @@ class _Importer:
         # Counted against the batch's file: refusals are counted where the rows were read.
         summary.refused += len(batch.refused) + len(refused)
         summary.accepted += lines.height
-        self.pending.frames.append(lines)
-        self.pending.refused += [*batch.refused, *refused]
+        unit.written += store.insert_lines(unit.conn, self.source, lines)
+        store.insert_rejections(unit.conn, self.run_id, self.source, [*batch.refused, *refused])
+        if lines.height:
+            start, end = lines["charge_start"].min(), lines["charge_end"].max()
+            unit.first_start = start if unit.first_start is None else min(unit.first_start, start)  # type: ignore[type-var]
+            unit.last_end = end if unit.last_end is None else max(unit.last_end, end)  # type: ignore[type-var]
 
-    def _check(self, lines: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
-        limit = MONEY_LIMITS.get(self.engine.dialect.name, MONEY_LIMITS["postgresql"])
-        limit = min(limit, Decimal("1e15") - Decimal("1e-9"))
+    def _begin(self, key: tuple[object, ...], period: Period | None) -> _Unit:
+        conn = self.engine.connect()
+        try:
+            conn.begin()
+            unit = _Unit(key, period, conn, store.begin_import(conn))
+            # A period met again later in the run (not one after another) is appended to: its
+            # first run of batches already replaced it.
+            if period is not None and key not in self.done:
+                self._delete(unit, period=period, files=())
+                store.delete_period_files(conn, self.source, period[0])
+        except BaseException:
+            conn.close()
+            raise
+        return unit
+
+    def _delete(self, unit: _Unit, *, period: Period | None, files: Sequence[str]) -> None:
+        deleted = store.delete_lines(unit.conn, self.source, period=period, files=files)
+        self.replaced += deleted.lines
+        if deleted.first_start and deleted.last_end:
+            self.periods.append((deleted.first_start, deleted.last_end))
+
+    def _check(self, conn: Connection, lines: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
         rules: list[tuple[str, str, pl.Expr]] = [
             (c, "a required value is missing", pl.col(c).is_null()) for c in REQUIRED
         ]
@@ -311,7 +366,7 @@ class _Importer:
             (c, f"longer than {n} characters", pl.col(c).str.len_chars() > n) for c, n in _LENGTHS.items()
         ]
         rules += [
-            (c, f"amount out of range (the database holds up to {limit})", pl.col(c).abs() > limit)
+            (c, f"amount out of range (the database holds up to {self.limit})", pl.col(c).abs() > self.limit)
             for c in _MONEY_COLUMNS
         ]
         first = pl.col("line_no").first().over("line_key")
@@ -325,38 +380,52 @@ class _Importer:
         tagged = lines.with_columns(
             code.alias("_bad"), first.alias("_first_line"), first_file.alias("_first_file")
         )
-        # A key already taken by a line of an earlier batch of this run.
-        earlier = tagged.join(
-            self.seen.rename({"source_file": "_seen_file", "line_no": "_seen_line"}),
-            on="line_key",
-            how="left",
-            maintain_order="left",
+        # A key some stored line already has: one of this run (an earlier batch, committed or in
+        # this transaction) — "first on" it — or one outside what this run replaces.
+        keys = tagged.filter(pl.col("line_key").is_not_null())["line_key"].unique()
+        stored = store.existing_keys(conn, self.source, keys.to_list())
+        stored = stored.rename({"source_file": "_seen_file", "line_no": "_seen_line"}).with_columns(
+            pl.col("_seen_file").is_in(sorted(self.run_files)).alias("_in_run")
         )
         dup_index = len(rules) - 1
-        earlier = earlier.with_columns(
+        checked = tagged.join(stored, on="line_key", how="left", maintain_order="left")
+        in_run = pl.col("_in_run").fill_null(False)
+        checked = checked.with_columns(
             pl.when(pl.col("_bad").is_null() & pl.col("_seen_file").is_not_null())
             .then(pl.lit(dup_index, dtype=pl.Int32))
             .otherwise(pl.col("_bad"))
             .alias("_bad"),
-            pl.coalesce("_seen_file", "_first_file").alias("_first_file"),
-            pl.coalesce("_seen_line", "_first_line").alias("_first_line"),
+            pl.when(in_run).then(pl.col("_seen_file")).otherwise(pl.col("_first_file")).alias("_first_file"),
+            pl.when(in_run).then(pl.col("_seen_line")).otherwise(pl.col("_first_line")).alias("_first_line"),
+            # Outside the run, only the key's first line in the batch names the stored one; a
+            # repeat within the batch names that first line, as any repeat does.
+            (pl.col("_seen_file").is_not_null() & ~in_run & pl.col("line_key").is_first_distinct()).alias(
+                "_outside"
+            ),
         )
-        bad = earlier.filter(pl.col("_bad").is_not_null())
+        bad = checked.filter(pl.col("_bad").is_not_null())
         refused = []
         for row in bad.iter_rows(named=True):
             column, reason, _ = rules[row["_bad"]]
-            if column == "line_key":
+            if column == "line_key" and row["_outside"]:
+                where = f"line {row['_seen_line']} of {row['_seen_file']}"
+                reason = f"{reason} {row['line_key']!r}: already imported from {where}"
+            elif column == "line_key":
                 where = f"line {row['_first_line']} of {row['_first_file']}"
                 reason = f"{reason} {row['line_key']!r}: first on {where}"
             elif row.get(column) is not None:
                 reason = f"{reason}: {row[column]!r}"
             refused.append(RefusedRow(row["source_file"] or "", row["line_no"], column, reason, _raw(row)))
-        good = earlier.filter(pl.col("_bad").is_null()).select(list(BILLING_SCHEMA))
-        self.seen = pl.concat([self.seen, good.select("line_key", "source_file", "line_no")])
+        good = checked.filter(pl.col("_bad").is_null()).select(list(BILLING_SCHEMA))
         return good, refused
 
     def failed(self, error: BillingFileError) -> None:
-        self.flush()
+        # A file that fails after some of its batches were stored in the open unit would leave
+        # the period replaced by part of it: roll the unit back instead (its old lines stay).
+        if self.unit is not None and error.row.file in self.unit.files:
+            self.abort()
+        else:
+            self.commit()
         summary = FileSummary(error.row.file, error=str(error))
         with self.engine.begin() as conn:
             store.replace_file_rows(conn, self.source, [_file_row(summary, self.clock())])
@@ -365,78 +434,55 @@ class _Importer:
         if self.on_file is not None:
             self.on_file(summary)
 
-    # --- writing ---------------------------------------------------------------------------------
+    # --- ending a unit ---------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        pending, key = self.pending, self.pending_key
-        self.pending = self.pending_key = None
-        if pending is None or key is None:
+    def commit(self) -> None:
+        """Finish the open unit: its ``billing_file`` rows, then commit; its files are reported."""
+        unit, self.unit = self.unit, None
+        if unit is None:
             return
-        lines = pl.concat(pending.frames) if pending.frames else conform(pl.DataFrame())
-        again = key in self.done  # this run already replaced that period: append only
-        with self.engine.begin() as conn:
-            if not again:
-                deleted = store.delete_lines(
-                    conn, self.source, period=pending.period, files=sorted({*pending.files, *pending.aliases})
-                )
-                self.replaced += deleted.lines
-                if deleted.first_start and deleted.last_end:
-                    self.periods.append((deleted.first_start, deleted.last_end))
-                if pending.period is not None:
-                    store.delete_period_files(conn, self.source, pending.period[0])
-            lines, taken = self._taken_elsewhere(conn, lines, pending)
-            self.written += store.insert_lines(conn, self.source, lines)
+        try:
             now = self.clock()
-            store.replace_file_rows(conn, self.source, [_file_row(f, now) for f in pending.files.values()])
-            store.insert_rejections(conn, self.run_id, self.source, [*pending.refused, *taken])
-        self.done.add(key)
-        if pending.period is not None:
-            self.periods.append(pending.period)
-        if lines.height:
-            self.periods.append((lines["charge_start"].min(), lines["charge_end"].max()))  # type: ignore[arg-type]
-        for summary in pending.files.values():
+            store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
+            unit.conn.commit()
+        finally:
+            _close(unit)  # rolls back what was not committed
+        self.done.add(unit.key)
+        self.written += unit.written
+        if unit.period is not None:
+            self.periods.append(unit.period)
+        if unit.first_start is not None and unit.last_end is not None:
+            self.periods.append((unit.first_start, unit.last_end))
+        for summary in unit.files.values():
             self.files.append(summary)
             if self.on_file is not None:
                 self.on_file(summary)
 
-    def flush_quietly(self) -> None:
-        """Store what was read before a connector error (its files are complete batches)."""
-        try:
-            self.flush()
-        except Exception:  # noqa: BLE001  (the connector error is the one to report)
-            log.exception("billing %s: storing the files read before the error failed", self.source)
+    def abort(self) -> None:
+        """Roll the open unit back: its old lines stay as they were, none of its files counts.
 
-    def _taken_elsewhere(
-        self, conn: object, lines: pl.DataFrame, pending: _Pending
-    ) -> tuple[pl.DataFrame, list[RefusedRow]]:
-        """Refuse lines whose key a stored line outside this replacement already has."""
-        if lines.is_empty():
-            return lines, []
-        stored = store.existing_keys(conn, self.source, lines["line_key"].to_list())  # type: ignore[arg-type]
-        if stored.is_empty():
-            return lines, []
-        hit = lines.join(
-            stored.rename({"source_file": "_other_file", "line_no": "_other_line"}),
-            on="line_key",
-            how="inner",
-        )
-        refused = [
-            RefusedRow(
-                r["source_file"],
-                r["line_no"],
-                "line_key",
-                f"duplicated line item id {r['line_key']!r}: already imported from line "
-                f"{r['_other_line']} of {r['_other_file']}",
-                _raw(r),
-            )
-            for r in hit.iter_rows(named=True)
-        ]
-        for r in refused:
-            summary = pending.files[pending.aliases.get(r.file, r.file)]
-            summary.accepted -= 1
-            summary.refused += 1
-        self.seen = self.seen.filter(~pl.col("line_key").is_in(hit["line_key"].implode()))
-        return lines.filter(~pl.col("line_key").is_in(hit["line_key"].implode())), refused
+        The connector failed while the unit was being read, so it may be incomplete (a CUR part
+        or a chunk of a file missing): replacing the period with part of it would lose lines.
+        The re-pricing spans of its deletes are harmless (re-pricing an unchanged span is a no-op).
+        """
+        unit, self.unit = self.unit, None
+        if unit is None:
+            return
+        try:
+            unit.conn.rollback()
+        except Exception:  # noqa: BLE001  (the error that stopped the import is the one to report)
+            log.exception("billing %s: rolling back the unfinished import failed", self.source)
+        finally:
+            _close(unit)
+
+
+def _close(unit: _Unit) -> None:
+    try:
+        store.end_import(unit.conn, unit.cache)
+    except Exception:  # noqa: BLE001  (a pragma on a connection that failed: it is discarded anyway)
+        log.debug("billing: restoring the connection's cache size failed", exc_info=True)
+    finally:
+        unit.conn.close()
 
 
 def _file_row(summary: FileSummary, now: dt.datetime) -> dict[str, object]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 
-from connectors.billing import BILLING_SCHEMA, RefusedRow
+from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
 from service.models import BillingFile, BillingLine, Rejection
 
 #: Keys per ``IN (…)`` query: under SQLite's and PostgreSQL's bound-parameter limits.
@@ -22,6 +22,17 @@ KEY_CHUNK = 500
 
 _LINES = BillingLine.__table__
 _FILES = BillingFile.__table__
+#: The temporary table (SQLite) a batch's keys are probed through.
+_PROBE = "billing_key_probe"
+_EXACT = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]  # Money / Quantity columns
+_TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
+_NANOS = 10**9
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S%.6f"  # SQLAlchemy's DateTime storage format on SQLite
+_PG_TIME = "%Y-%m-%d %H:%M:%S%.6f+00"
+_COPY_BLOCK = 1 << 20
+_TUPLE_ROWS = 10_000
+#: SQLite page cache of an importing connection, in KiB (``begin_import``).
+IMPORT_CACHE_KIB = 131_072
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,33 +76,114 @@ def _aware(value: dt.datetime | str | None) -> dt.datetime | None:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
+def begin_import(conn: Connection) -> int | None:
+    """Give an importing SQLite connection a larger page cache (``IMPORT_CACHE_KIB``); the
+    setting to restore with :func:`end_import` (``None``: nothing was changed).
+
+    ``billing_line``'s indexes are keyed by random line ids and resource ids, so every batch
+    writes pages all over them; with SQLite's default 2 MB cache each batch reads most of them
+    back (measured: 600k lines in 12 batches insert in 13.7 s with 128 MiB, 23.3 s with 2 MB).
+    The cache is bounded: memory stays O(batch), whatever the run's size.
+    """
+    if conn.dialect.name != "sqlite":
+        return None
+    old = int(conn.exec_driver_sql("PRAGMA cache_size").scalar_one())
+    conn.exec_driver_sql(f"PRAGMA cache_size=-{IMPORT_CACHE_KIB}")
+    return old
+
+
+def end_import(conn: Connection, old: int | None) -> None:
+    """Put back the page cache setting :func:`begin_import` changed (the connection is pooled)."""
+    if old is not None:
+        conn.exec_driver_sql(f"PRAGMA cache_size={old}")
+
+
 def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.DataFrame:
-    """Lines of ``source`` already stored under ``keys``: ``line_key``, ``source_file``, ``line_no``."""
-    found: list[tuple[str, str, int]] = []
-    for i in range(0, len(keys), KEY_CHUNK):
-        chunk = list(keys[i : i + KEY_CHUNK])
-        found += conn.execute(
-            select(_LINES.c.line_key, _LINES.c.source_file, _LINES.c.line_no).where(
-                _LINES.c.source == source, _LINES.c.line_key.in_(chunk)
-            )
+    """Lines of ``source`` stored under ``keys`` — including lines this connection inserted
+    earlier in its open transaction: ``line_key``, ``source_file``, ``line_no``.
+
+    One query per call, whatever the number of keys: PostgreSQL takes the keys as one array
+    parameter (``= ANY``); SQLite, which has no arrays and a bound-parameter limit, gets them in a
+    temporary table joined on the ``(source, line_key)`` unique index.
+    """
+    schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
+    unique = list(dict.fromkeys(keys))
+    if not unique:
+        return pl.DataFrame(schema=schema)
+    if conn.dialect.name == "postgresql":
+        found = conn.exec_driver_sql(
+            "SELECT line_key, source_file, line_no FROM billing_line"
+            " WHERE source = %s AND line_key = ANY(%s)",
+            (source, unique),
         ).all()
-    return pl.DataFrame(
-        found,
-        schema={"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64},
-        orient="row",
-    )
+    elif conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {_PROBE} (line_key TEXT PRIMARY KEY)")
+        conn.exec_driver_sql(f"DELETE FROM temp.{_PROBE}")
+        conn.exec_driver_sql(f"INSERT INTO temp.{_PROBE} (line_key) VALUES (?)", [(k,) for k in unique])
+        # CROSS JOIN fixes the loop order (SQLite's rule): each probe key looks up the unique
+        # (source, line_key) index. Left to itself the planner scanned the source's lines by the
+        # source_file index instead: 23 s of a 1M-line import.
+        found = conn.exec_driver_sql(
+            f"SELECT l.line_key, l.source_file, l.line_no FROM temp.{_PROBE} AS k"
+            " CROSS JOIN billing_line AS l WHERE l.source = ? AND l.line_key = k.line_key",
+            (source,),
+        ).all()
+        conn.exec_driver_sql(f"DELETE FROM temp.{_PROBE}")
+    else:
+        found = []
+        for i in range(0, len(unique), KEY_CHUNK):
+            chunk = unique[i : i + KEY_CHUNK]
+            found += conn.execute(
+                select(_LINES.c.line_key, _LINES.c.source_file, _LINES.c.line_no).where(
+                    _LINES.c.source == source, _LINES.c.line_key.in_(chunk)
+                )
+            ).all()
+    return pl.DataFrame([tuple(r) for r in found], schema=schema, orient="row")
 
 
 def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
-    """Insert ``lines`` (``BILLING_SCHEMA``) as ``source``'s. Money goes in as exact ``Decimal``
-    (the ``Money``/``Quantity`` column types quantize half-even to 1e-9 on bind)."""
+    """Insert ``lines`` (``BILLING_SCHEMA``) as ``source``'s; the number inserted.
+
+    The driver's parameters are built column-wise by Polars, stored exactly as the column types
+    (``Money``/``Quantity``, ``UTCDateTime``) would bind them, without their per-row Python
+    bind processing (three quarters of an import's time through ``insert(...)``):
+
+    * SQLite: money and quantities as integer nanos (``Decimal(38, 9)`` × 10⁹, exact: the ingestor
+      refused amounts beyond 2⁶³−1 nanos); datetimes as the naive-UTC text SQLAlchemy's
+      ``DateTime`` writes (``2025-09-01 00:00:00.000000``), so stored bytes are the same as an
+      ORM insert's; one ``executemany`` of tuples.
+    * PostgreSQL: ``COPY … FROM STDIN`` of CSV written by Polars: money as its exact decimal text
+      (NUMERIC(24, 9) keeps it as is), datetimes as UTC text with ``+00`` into ``timestamptz``, a
+      null as an unquoted empty field and an empty string as ``""``.
+
+    Other databases go through SQLAlchemy's ``insert`` (the column types bind).
+    """
     if lines.is_empty():
         return 0
-    # Parameters are built column-wise by Polars (Decimal and aware datetimes come out exact).
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
-    rows = frame.to_dicts()
-    conn.execute(insert(_LINES), rows)
-    return len(rows)
+    names = ", ".join(frame.columns)
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        frame = frame.with_columns(
+            *[(pl.col(c) * _NANOS).cast(pl.Int64) for c in _EXACT],
+            *[pl.col(c).dt.replace_time_zone(None).dt.strftime(_SQLITE_TIME) for c in _TIMES],
+        )
+        sql = f"INSERT INTO billing_line ({names}) VALUES ({', '.join('?' * frame.width)})"
+        # Slices: the Python tuples of a whole batch would be its largest transient.
+        for rows in frame.iter_slices(_TUPLE_ROWS):
+            conn.exec_driver_sql(sql, rows.rows())
+    elif dialect == "postgresql":
+        data = frame.write_csv(include_header=False, datetime_format=_PG_TIME)
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            with cursor.copy(f"COPY billing_line ({names}) FROM STDIN (FORMAT csv)") as copy:
+                for i in range(0, len(data), _COPY_BLOCK):
+                    copy.write(data[i : i + _COPY_BLOCK])
+        finally:
+            cursor.close()
+    else:
+        conn.execute(insert(_LINES), frame.to_dicts())
+    return frame.height
 
 
 def replace_file_rows(conn: Connection, source: str, rows: Iterable[dict[str, object]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 import connectors.registry
-from connectors.base import ConnectorStatus
-from connectors.billing import BillingFileError, RefusedRow
+from connectors.base import ConnectorStatus, RetriableError
+from connectors.billing import BillingBatch, BillingFileError, RefusedRow
 from service.billing.ingest import ingest_billing
 from service.cli import app
 from service.db import make_engine
@@ -273,3 +274,107 @@ def test_cli_ingests_a_billing_connector(tmp_path: Path, monkeypatch: pytest.Mon
     (exports / "2.unreadable").unlink()
     result = CliRunner().invoke(app, [*args, "--config", str(config)])
     assert result.exit_code == 0 and "status=OK files=1 failed=0 read=3 accepted=2 refused=1" in result.stdout
+
+
+# --- streaming: one transaction per period across its batches -------------------------------------
+
+AUG = dt.datetime(2025, 8, 1, tzinfo=dt.UTC)
+
+
+def part(n: int, keys: list[str], period: tuple[dt.datetime, dt.datetime] = (SEP, OCT)) -> BillingBatch:
+    """Part ``n`` of a CUR split in parts: its lines charged on day ``n`` of the period's month."""
+    day = period[0].replace(day=n)
+    name = f"s3://cur/{period[0]:%Y-%m}/a1/part-{n}.csv"
+    rows = [usage(k, charge_start=day, charge_end=day + dt.timedelta(days=1)) for k in keys]
+    found = batch(name, rows, assembly_id="a1")
+    found.period_start, found.period_end = period
+    return found  # type: ignore[return-value]
+
+
+def test_a_period_in_three_batches_replaces_exactly_and_keeps_every_line(engine: Engine) -> None:
+    august = usage("aug", charge_start=AUG, charge_end=AUG + dt.timedelta(days=1))
+    ingest(
+        engine,
+        source(
+            batch("old.csv", [august], period=False), batch("s3://cur/old.csv", [usage("o1"), usage("o2")])
+        ),
+    )
+    parts = (part(1, ["k1", "k2"]), part(2, ["k3"]), part(3, ["k4", "k5", "k6"]))
+    result, calls = ingest(engine, source(*parts))
+    assert (result.read, result.accepted, result.refused, result.lines_replaced) == (6, 6, 0, 2)
+    assert [(f.source_file[-10:], f.accepted) for f in result.files] == [
+        ("part-1.csv", 2), ("part-2.csv", 1), ("part-3.csv", 3)
+    ]  # fmt: skip
+    keys = [r[COLUMNS.index("line_key")] for r in stored(engine)]
+    assert keys == ["aug", "k1", "k2", "k3", "k4", "k5", "k6"]
+    assert calls == [[(SEP, OCT)]]
+    first = stored(engine)
+    # Again: the lines of parts 1-2, in the open transaction, are not taken for duplicates of part 3.
+    result, _ = ingest(engine, source(part(1, ["k1", "k2"]), part(2, ["k3"]), part(3, ["k4", "k5", "k6"])))
+    assert (result.accepted, result.refused, result.lines_replaced) == (6, 0, 6)
+    assert stored(engine) == first
+    with Session(engine) as session:
+        names = sorted(f.source_file for f in session.exec(select(BillingFile)).scalars())
+    assert names == ["old.csv", *(f"s3://cur/2025-09/a1/part-{n}.csv" for n in (1, 2, 3))]
+
+
+def test_a_duplicate_across_two_batches_of_a_period_names_the_first(engine: Engine) -> None:
+    result, _ = ingest(engine, source(part(1, ["a", "b"]), part(2, ["c", "b"])))
+    assert (result.read, result.accepted, result.refused) == (4, 3, 1)
+    assert [(f.accepted, f.refused) for f in result.files] == [(2, 0), (1, 1)]
+    with Session(engine) as session:
+        (rejection,) = session.exec(select(Rejection)).scalars().all()
+    assert (rejection.file, rejection.line, rejection.field, rejection.reason) == (
+        "s3://cur/2025-09/a1/part-2.csv",
+        3,
+        "line_key",
+        "duplicated line item id 'b': first on line 3 of s3://cur/2025-09/a1/part-1.csv",
+    )
+    assert [r[COLUMNS.index("line_key")] for r in stored(engine)] == ["a", "b", "c"]
+
+
+class _Failing:
+    """A connector whose ``read`` raises after some batches (a lost connection mid-way)."""
+
+    def __init__(self, *batches: BillingBatch) -> None:
+        self.batches = batches
+
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+        yield from self.batches
+        raise RetriableError("connection reset reading s3://cur/2025-09/a1/part-2.csv")
+
+
+def test_a_connector_error_rolls_the_open_period_back_and_keeps_the_complete_one(engine: Engine) -> None:
+    ingest(engine, source(part(1, ["old1"]), part(2, ["old2"])))
+    before = stored(engine)
+    failing = _Failing(part(1, ["aug1", "aug2"], (AUG, SEP)), part(1, ["new1"]))
+    with pytest.raises(RetriableError):
+        ingest_billing(engine, "bills", failing, SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)
+    # August (complete before the error) is stored; September is untouched: no half-replaced period.
+    keys = [r[COLUMNS.index("line_key")] for r in stored(engine)]
+    assert keys == ["aug1", "aug2", "old1", "old2"]
+    assert [r for r in stored(engine) if r[COLUMNS.index("line_key")].startswith("old")] == before
+    with Session(engine) as session:
+        files = sorted((f.source_file, f.rows_accepted) for f in session.exec(select(BillingFile)).scalars())
+        run = session.exec(select(ConnectorRun).order_by(ConnectorRun.id.desc())).scalars().first()  # type: ignore[union-attr]
+    assert files == [
+        ("s3://cur/2025-08/a1/part-1.csv", 2),
+        ("s3://cur/2025-09/a1/part-1.csv", 1),
+        ("s3://cur/2025-09/a1/part-2.csv", 1),
+    ]
+    assert run is not None and (run.status, run.accepted, run.ledger_rows) == ("FAILED_CONNECTION", 2, 2)
+    # The engine is usable afterwards (the open transaction did not leak a lock).
+    result, _ = ingest(engine, source(part(1, ["new1"])))
+    assert [r[COLUMNS.index("line_key")] for r in stored(engine)] == ["aug1", "aug2", "new1"]
+    assert result.lines_replaced == 2
+
+
+def test_a_file_failing_after_some_of_its_batches_leaves_its_period_as_it_was(engine: Engine) -> None:
+    ingest(engine, source(part(1, ["old1"])))
+    before = stored(engine)
+    # Part 1 gives a batch, then turns out unreadable further on (a corrupt page mid-file).
+    broken = BillingFileError("s3://cur/2025-09/a1/part-1.csv", "corrupt page", line=40)
+    result, _ = ingest(engine, source(part(1, ["new1"]), broken))
+    assert stored(engine) == before  # not replaced by part of the file
+    assert [f.error is not None for f in result.files] == [True]
+    assert result.status == ConnectorStatus.PARSE_ERROR
