@@ -1,6 +1,6 @@
 """Benchmark: importing one month of a large organisation's AWS CUR 2.0 (issue 5).
 
-    .venv/bin/python bench/billing_import.py [--rows 1000000] [--gzip] [--repeat 2] [--chunk-rows 50000]
+    .venv/bin/python bench/billing_import.py [--rows 1000000] [--gzip] [--repeat 2] [--chunk-rows 20000]
         [--postgres postgresql://postgres@127.0.0.1:5432/postgres] [--skip-sqlite] [--skip-parse]
         [--profile-reprice] [--profile-import]
 
@@ -583,7 +583,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2025)
     parser.add_argument("--gzip", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--chunk-rows", type=int, default=20_000)  # AwsCurConfig.chunk_rows' default
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gpu-ledger-bench"))
     parser.add_argument("--postgres", metavar="ADMIN_URL", help="also import/reprice on this server")
     parser.add_argument("--skip-sqlite", action="store_true")
