@@ -131,21 +131,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
-import boto3
 import polars as pl
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
-)
-from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.aws_session import assume_role_request, base_session, boto_config, session_of
 from connectors.base import (
     ConfigurationError,
     ConnectorConfig,
@@ -174,6 +164,19 @@ from connectors.billing_io import (
 )
 from connectors.cloud import auth_error, permission_error
 from service.billing.currencies import BILLING_CURRENCIES
+
+if TYPE_CHECKING:
+    import boto3
+
+# boto3 is needed for S3 only: a directory of CUR files imports without the `aws` extra.
+
+
+def _boto_errors() -> tuple[type[Exception], ...]:
+    """botocore's client and transport errors (``except _boto_errors():``; imported when one flies)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError)
+
 
 SOURCE = "aws_cur"
 PERMISSIONS = "s3:ListBucket and s3:GetObject on the report bucket and prefix"
@@ -365,7 +368,7 @@ class _S3Store:
                 Bucket=self.bucket, Prefix=self.prefix
             ):
                 out.extend(item["Key"] for item in page.get("Contents", []))
-        except (ClientError, BotoCoreError) as exc:
+        except _boto_errors() as exc:
             raise _mapped(
                 exc, f"s3:ListObjectsV2 s3://{self.bucket}/{self.prefix}", self.connector.config
             ) from exc
@@ -379,7 +382,7 @@ class _S3Store:
                 return body.read()
             finally:
                 body.close()
-        except (ClientError, BotoCoreError) as exc:
+        except _boto_errors() as exc:
             raise _mapped(exc, f"s3:GetObject {self.label(key)}", self.connector.config) from exc
 
     @contextlib.contextmanager
@@ -398,7 +401,7 @@ class _S3Store:
                             out.write(piece)
                 finally:
                     body.close()
-            except (ClientError, BotoCoreError) as exc:
+            except _boto_errors() as exc:
                 raise _mapped(exc, f"s3:GetObject {self.label(key)}", self.connector.config) from exc
             except OSError as exc:
                 raise BillingFileError(
@@ -657,6 +660,8 @@ class AwsCurConnector:
     def s3(self) -> Any:
         if self._client is None:
             cfg = self.config
+            from connectors.aws_session import boto_config
+
             boto = boto_config(cfg)
             session = self._base_session()
             if cfg.role_arn is not None:
@@ -668,15 +673,19 @@ class AwsCurConnector:
 
     def _base_session(self) -> boto3.Session:
         if self._session is None:
+            from connectors.aws_session import base_session
+
             self._session = base_session(self.config, SOURCE)
         return self._session
 
     def _assume(self, session: boto3.Session, boto: Any) -> boto3.Session:
+        from connectors.aws_session import assume_role_request, session_of
+
         cfg = self.config
         sts = session.client("sts", region_name=cfg.region, endpoint_url=cfg.endpoint_url, config=boto)
         try:
             creds = sts.assume_role(**assume_role_request(cfg))["Credentials"]
-        except (ClientError, BotoCoreError) as exc:
+        except _boto_errors() as exc:
             raise _mapped(exc, f"sts:AssumeRole {cfg.role_arn}", cfg) from exc
         finally:
             sts.close()
@@ -684,6 +693,14 @@ class AwsCurConnector:
 
 
 def _mapped(exc: Exception, what: str, cfg: AwsCurConfig) -> ConnectorError:
+    from botocore.exceptions import (
+        ClientError,
+        HTTPClientError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
     tries = cfg.max_retries + 1
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
