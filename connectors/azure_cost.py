@@ -17,12 +17,13 @@ Header variants (FORMATS.md §5.3), matched case-insensitively so MCA camelCase
 
 Mapping decisions:
 
-* ``effective_cost`` = ``CostInBillingCurrency``. ``dataset`` (config, else detected per file:
-  the file name says ``amortized``/``actual``; unused-commitment rows or priced commitment usage
-  mean amortized) decides ``billed_cost``: in the amortized dataset, commitment-covered usage and
-  ``UnusedReservation``/``UnusedSavingsPlan`` rows bill 0 (the purchase is the invoiced charge,
-  FOCUS rule) and commitment ``Purchase`` rows have effective 0 (already spread over usage); in
-  the actual dataset billed = effective = the cost.
+* ``effective_cost`` = ``CostInBillingCurrency``. ``dataset`` (config, else the run's manifest,
+  else detected per file: the file name says ``amortized``/``actual``; else the file's first
+  chunk holding a commitment row decides — unused-commitment rows or priced commitment usage
+  mean amortized — see *Streaming*) decides ``billed_cost``: in the amortized dataset,
+  commitment-covered usage and ``UnusedReservation``/``UnusedSavingsPlan`` rows bill 0 (the
+  purchase is the invoiced charge, FOCUS rule) and commitment ``Purchase`` rows have effective 0
+  (already spread over usage); in the actual dataset billed = effective = the cost.
 * ``list_cost`` = ``Quantity × PayGPrice`` (the retail price of the meter; a Spot meter has its
   own); null without ``PayGPrice``.
 * ``usage_quantity`` = ``Quantity`` × the block of ``UnitOfMeasure`` (``10 Hours`` → ×10, unit
@@ -39,9 +40,42 @@ Mapping decisions:
 * ``Tags``: JSON without the outer braces in EA/MCA exports: wrapped in ``{}``; text that is no
   JSON object even then is kept as ``{"azure:unparsed_tags": "<text>"}``.
 * ``line_key``: the export has no line id: ``sha1:`` + SHA-1 of the raw line (see
-  :func:`connectors.gcp_billing.line_keys`); a line seen twice in a file is refused.
+  :func:`connectors.billing_io.line_keys`); a line seen twice in a file is refused (also across
+  chunks).
 * The batch's billing period is the file's ``BillingPeriodStartDate``..``BillingPeriodEndDate``
   (end date inclusive) when it names one, so a re-exported month replaces the old lines.
+
+Streaming (issue 5: bounded memory)
+-----------------------------------
+
+A file is never held whole. A gzip file (told by its magic bytes, whatever its name) is first
+decompressed once to its end and dropped, so a truncated or corrupt one is refused before its
+first batch, never half imported; then the (decompressed) CSV is read in blocks of
+``block_bytes`` and cut at line ends into chunks of about ``chunk_rows`` records
+(:func:`connectors.billing_io.csv_chunks`: every check of a whole-file read applies per chunk,
+line numbers are the file's). One :class:`BillingBatch` per chunk; ``read``/``refused`` count
+that chunk. A blob is first copied to a temporary file by the Storage SDK's chunked download
+(``download_blob().readinto``; every Storage error happens before the file's first batch) and
+then read as a local file. Memory: the chunk's text and frames, the read-ahead, and 16 bytes a
+line (a 64-bit hash and a line number) to refuse a line repeating one of an earlier chunk.
+
+What must be known before the first batch of a file, and how:
+
+* Billing period: a blob in a date-range folder has the folder's. Otherwise it is taken from the
+  *first chunk* (the one period its rows name, each row naming it; else none). This relies on
+  Cost Management exports holding one billing period per file (an export run is for one
+  billing period/date range); a later chunk naming another period is a
+  :class:`BillingFileError` for the file (the importer rolls the period back) rather than lines
+  filed under the wrong period. A later row without a period is tolerated.
+* The window: a file of a period not overlapping ``[start, end)`` yields nothing; a file
+  without a billing period (pay-as-you-go) is read when its first chunk has a line in the window
+  (whole-file reads used any line: the same for a one-month file).
+* Dataset: from the config, the manifest or the file name when they say; else decided by the
+  first chunk holding a commitment row (reservation/savings plan pricing or an unused
+  commitment), by the rule above, and kept for the rest of the file. The chunks before it hold
+  no such row, and the datasets price every other row the same, so their lines do not depend on
+  the decision. (A chunk whose only commitment rows are purchases decides ``actual``, as a
+  whole file without unused or priced commitment usage would.)
 
 Azure Blob Storage
 ------------------
@@ -74,7 +108,7 @@ Which files. Billing-period folders overlapping ``[start, end)`` only; in each, 
 run (older runs of a daily month-to-date export are superseded: reading them would double the
 month). Of that run, the files its manifest names (one that is not there, or is not CSV —
 Parquet exports are not read here — is a :class:`BillingFileError`), else its ``.csv``/``.csv.gz``
-files. Every file is one :class:`BillingBatch` whose ``period_start``/``period_end`` come from the
+files. Every file's batches (one per chunk) carry ``period_start``/``period_end`` from the
 folder and ``assembly_id`` is the run folder, so the ingestor replaces the whole period and a
 newer run supersedes what an older one imported. A CSV outside any date-range folder is read as a
 local file is (its own billing period columns). Files are listed once and downloaded one at a
@@ -96,12 +130,15 @@ missing container → :class:`ConfigurationError`; 5xx and timeouts (Storage thr
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import re
+import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import IO, Any, ClassVar, Literal, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 import polars as pl
@@ -116,19 +153,19 @@ from connectors.billing import (
     BillingFileError,
     ChargeCategory,
     PricingModel,
+    RefusedRow,
     conform,
 )
 from connectors.billing_io import (
+    BLOCK_BYTES,
     LINE,
     Checks,
-    FileBatches,
-    csv_frame,
+    csv_chunks,
     export_files,
     file_kind,
     in_window,
     json_text,
     line_keys,
-    read_bytes,
     refuse_duplicates,
     rename_variants,
     require_columns,
@@ -183,6 +220,7 @@ _PRICING = {
     "spot": PricingModel.SPOT.value,
 }
 _UNUSED = ("unusedreservation", "unusedsavingsplan")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 SOURCE = "azure_cost"
@@ -212,6 +250,8 @@ class AzureCostConfig(BillingConfig):
     * ``ca_file``: PEM bundle to verify the endpoint with; ``max_retries``/``backoff_s``: the
       Storage SDK's retries of 5xx and timeouts; ``timeout_s``: per request.
     * ``dataset``: ``amortized`` or ``actual``; else the run's manifest says, else detected per file.
+    * ``chunk_rows``: records per batch of a large file (default 20,000; memory per chunk grows
+      with it, see the module's *Streaming*).
     """
 
     type: Literal["azure_cost"] = "azure_cost"
@@ -227,6 +267,7 @@ class AzureCostConfig(BillingConfig):
     max_retries: int = Field(5, ge=0, le=20)
     backoff_s: float = Field(1.0, ge=0)
     timeout_s: float = Field(60.0, gt=0)
+    chunk_rows: int = Field(20_000, ge=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> AzureCostConfig:
@@ -272,15 +313,23 @@ class _Planned:
 
 
 class AzureCostConnector:
-    """Reads Azure cost export CSV files (local or Blob); one :class:`BillingBatch` per file."""
+    """Reads Azure cost export CSV files (local or Blob), streamed: one :class:`BillingBatch` per
+    chunk of about ``chunk_rows`` records."""
 
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[AzureCostConfig]] = AzureCostConfig
 
     def __init__(
-        self, config: AzureCostConfig, *, credential: Any = None, container_client: Any = None
+        self,
+        config: AzureCostConfig,
+        *,
+        credential: Any = None,
+        container_client: Any = None,
+        block_bytes: int = BLOCK_BYTES,
     ) -> None:
         self.config = config
+        #: bytes asked of the (decompressed) stream at a time; a chunk is read in such blocks.
+        self.block_bytes = block_bytes
         self._credential, self._client = credential, container_client
         self._owned: list[Any] = []
 
@@ -294,66 +343,97 @@ class AzureCostConnector:
         return export_files(Path(str(self.config.path)), _SUFFIXES)
 
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
-        """Batches of the files whose billing period (else a line) overlaps ``[start, end)``. Local
-        files: an unreadable file raises :class:`~connectors.billing.BillingFileError` from
-        ``next()`` and the iterator goes on with the next file; Blob: it is yielded."""
+        """Batches of the files whose billing period (else a line of the first chunk) overlaps
+        ``[start, end)``. Local files: an unreadable file raises
+        :class:`~connectors.billing.BillingFileError` from ``next()`` and the iterator goes on with
+        the next file; Blob: it is yielded."""
         if self.config.blob_container_url is None:
-            return FileBatches(self.files(), self.read_file, start, end)
+            return _FileBatches(
+                [
+                    lambda path=path: self._read_path(path, str(path), _Planned(str(path)), start, end)
+                    for path in self.files()
+                ]
+            )
         return self._read_blobs(start, end)
 
-    def read_file(
-        self,
-        path: Path | str,
-        data: bytes | None = None,
-        *,
-        dataset: Literal["amortized", "actual"] | None = None,
-    ) -> BillingBatch:
-        file = str(path)
-        raw = read_bytes(path, data)
-        frame, refused = csv_frame(raw, file)
-        frame = rename_variants(frame, VARIANTS)
-        require_columns(frame, file, REQUIRED)
-        frame = frame.with_columns(
-            pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
-        )
-        frame = frame.join(line_keys(raw.split(b"\n")), on=LINE, how="left")
-        read = frame.height + len(refused)
-        dataset = self.config.dataset or dataset or _detect(frame, file)
-        checks = Checks(file)
-        parsed = {
-            "_cost": checks.decimal("CostInBillingCurrency"),
-            "_quantity": checks.decimal("Quantity"),
-            "_payg": checks.decimal("PayGPrice", required=False),
-            "_date": checks.timestamp("Date", *_DATE_FORMATS),
-            "_period_start": checks.timestamp("BillingPeriodStartDate", *_DATE_FORMATS, required=False),
-            "_period_end": checks.timestamp("BillingPeriodEndDate", *_DATE_FORMATS, required=False),
-            "_currency": checks.currency("BillingCurrencyCode", BILLING_CURRENCIES),
-            "_charge": _key("ChargeType").fill_null("usage"),
-        }
-        charge = _key("ChargeType").fill_null("usage")
-        checks.add("ChargeType", "unknown ChargeType", ~charge.is_in(list(_CATEGORY)))
-        quantity = pl.col("Quantity").str.strip_chars().cast(MONEY, strict=False)
-        negative_ok = charge.is_in(["refund", "roundingadjustment"])
-        checks.add("Quantity", "negative where none is allowed", (quantity < 0) & ~negative_ok)
-        good, bad = checks.split(frame, parsed)
-        good, duplicates = refuse_duplicates(good, file)
-        period_start, period_end = _period(good)
-        return BillingBatch(
-            lines=_to_lines(good, file, dataset),
-            source_file=file,
-            refused=[*refused, *bad, *duplicates],
-            read=read,
-            period_start=period_start,
-            period_end=period_end,
-        )
-
     def close(self) -> None:
-        """Closes the Blob client and the credential it built (local files are read whole and closed)."""
+        """Closes the Blob client and the credential it built (local files are closed as read)."""
         if any(owned is self._client for owned in self._owned):
             self._client = None  # an injected client is the caller's to close
         for owned in reversed(self._owned):
             owned.close()
         self._owned.clear()
+
+    # ---- one file, streamed
+
+    def _read_path(
+        self, path: Path, label: str, item: _Planned, start: dt.datetime, end: dt.datetime
+    ) -> Iterator[BillingBatch]:
+        """The batches of one file (``path``: local, or a blob's temporary copy)."""
+        gzipped = _check_gzip(path, label)
+        try:
+            with path.open("rb") as raw:
+                stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+                with stream:
+
+                    def read(size: int) -> bytes:
+                        try:
+                            return stream.read(size)
+                        except _STREAM_ERRORS as exc:
+                            raise _stream_error(label, exc, gzipped) from None
+
+                    yield from self._batches(read, label, item, start, end)
+        except OSError as exc:
+            raise BillingFileError(label, f"cannot read: {exc.strerror or exc}") from None
+
+    def _batches(
+        self,
+        read: Callable[[int], bytes],
+        file: str,
+        item: _Planned,
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> Iterator[BillingBatch]:
+        raw = _RawLines(read)
+        dataset = self.config.dataset or item.dataset or _dataset_of_name(file)
+        period: tuple[dt.datetime | None, dt.datetime | None] = (item.period_start, item.period_end)
+        from_content = item.period_start is None
+        seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
+        first = True
+        for frame, refused in csv_chunks(raw.read, file, self.config.chunk_rows, block=self.block_bytes):
+            frame = rename_variants(frame, VARIANTS)
+            require_columns(frame, file, REQUIRED)
+            frame = frame.with_columns(
+                pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
+            )
+            last = max([*frame[LINE].to_list()[-1:], *(r.line or 0 for r in refused), 0])
+            frame = frame.join(raw.keys(last), on=LINE, how="left")
+            read_rows = frame.height + len(refused)
+            if dataset is None and _holds_commitment(frame):
+                dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
+            good, bad, duplicates, seen = _checked(frame, file, seen)
+            if from_content:
+                if first:
+                    period = _period(good)
+                elif period[0] is not None:
+                    _same_period(good, file, period)
+            lines = _to_lines(good, file, dataset or "actual")  # no commitment row yet: both agree
+            if first:
+                first = False
+                if period[0] is not None and period[1] is not None:
+                    if not (period[0] < end and period[1] > start):
+                        return  # a file of another billing period
+                elif not in_window(BillingBatch(lines=lines, read=lines.height), start, end):
+                    return  # no billing period: its first chunk has no line in the window
+            yield BillingBatch(
+                lines=lines,
+                source_file=file,
+                refused=[*refused, *bad, *duplicates],
+                read=read_rows,
+                period_start=period[0],
+                period_end=period[1],
+                assembly_id=item.run,
+            )
 
     # ---- Azure Blob Storage
 
@@ -362,19 +442,13 @@ class AzureCostConnector:
             if isinstance(item, BillingFileError):
                 yield item
                 continue
-            label = self._label(item.name)
             try:
-                data = self._download(item.name)
-                batch = self.read_file(label, data, dataset=item.dataset)
+                with tempfile.TemporaryDirectory(prefix="gpu-ledger-azure-cost-") as folder:
+                    path = Path(folder) / "export"
+                    self._download_to(item.name, path)
+                    yield from self._read_path(path, self._label(item.name), item, start, end)
             except BillingFileError as error:
                 yield error
-                continue
-            if item.period_start is not None:
-                batch.period_start, batch.period_end = item.period_start, item.period_end
-                batch.assembly_id = item.run
-            elif not in_window(batch, start, end):
-                continue
-            yield batch
 
     def _plan(self, start: dt.datetime, end: dt.datetime) -> list[_Planned | BillingFileError]:
         """The files to read, in order: the newest run of each period folder overlapping the window."""
@@ -485,10 +559,27 @@ class AzureCostConnector:
         )
 
     def _download(self, name: str) -> bytes:
+        """A small blob (a manifest), whole."""
         container = self._container()
         return self._call(
             f"Get Blob {self._label(name)}", lambda: container.download_blob(name).readall(), name
         )
+
+    def _download_to(self, name: str, path: Path) -> None:
+        """The blob copied to ``path`` as the SDK downloads it, chunk by chunk (never whole in
+        memory); every Storage error happens here, before the file's first batch."""
+        container = self._container()
+
+        def copy() -> None:
+            try:
+                with path.open("wb") as out:
+                    container.download_blob(name).readinto(out)
+            except OSError as exc:
+                raise BillingFileError(
+                    self._label(name), f"cannot copy to a temporary file: {exc.strerror or exc}"
+                ) from None
+
+        self._call(f"Get Blob {self._label(name)}", copy, name)
 
     def _call(self, what: str, request: Callable[[], _T], blob: str | None = None) -> _T:
         """:func:`call_azure`'s mapping, with the Storage cases it cannot tell: a missing container
@@ -556,12 +647,28 @@ def _key(column: str) -> pl.Expr:
     return pl.col(column).str.strip_chars().str.replace_all(" ", "").str.to_lowercase()
 
 
-def _detect(frame: pl.DataFrame, file: str) -> Literal["amortized", "actual"]:
+def _dataset_of_name(file: str) -> Literal["amortized", "actual"] | None:
     name = Path(file).name.lower()
     if "amortized" in name or "amortised" in name:
         return "amortized"
     if "actual" in name:
         return "actual"
+    return None
+
+
+def _committed() -> pl.Expr:
+    """A row the datasets price differently: commitment pricing or an unused commitment."""
+    charge = _key("ChargeType").fill_null("usage")
+    return _key("PricingModel").is_in(["reservation", "savingsplan"]) | charge.is_in(_UNUSED)
+
+
+def _holds_commitment(frame: pl.DataFrame) -> bool:
+    return bool(frame.select(_committed().fill_null(False).any()).item())
+
+
+def _dataset_of_rows(frame: pl.DataFrame) -> Literal["amortized", "actual"]:
+    """Unused-commitment rows or priced commitment usage exist only in the amortized dataset (the
+    actual one bills covered usage at 0 and shows the purchase instead)."""
     charge, model = _key("ChargeType"), _key("PricingModel")
     cost = pl.col("CostInBillingCurrency").str.strip_chars().cast(MONEY, strict=False)
     priced_commitment = (charge == "usage") & model.is_in(["reservation", "savingsplan"]) & (cost != 0)
@@ -569,12 +676,152 @@ def _detect(frame: pl.DataFrame, file: str) -> Literal["amortized", "actual"]:
     return "amortized" if amortized else "actual"
 
 
+def _checked(
+    frame: pl.DataFrame, file: str, seen: pl.DataFrame
+) -> tuple[pl.DataFrame, list[RefusedRow], list[RefusedRow], pl.DataFrame]:
+    """(good rows with parsed columns, rows failing a check, repeated lines, the line-key hashes
+    seen in the file so far). A line equal to one of an earlier chunk is refused too: earlier
+    chunks are remembered as a 64-bit hash and a line number per line (16 bytes a line)."""
+    checks = Checks(file)
+    parsed = {
+        "_cost": checks.decimal("CostInBillingCurrency"),
+        "_quantity": checks.decimal("Quantity"),
+        "_payg": checks.decimal("PayGPrice", required=False),
+        "_date": checks.timestamp("Date", *_DATE_FORMATS),
+        "_period_start": checks.timestamp("BillingPeriodStartDate", *_DATE_FORMATS, required=False),
+        "_period_end": checks.timestamp("BillingPeriodEndDate", *_DATE_FORMATS, required=False),
+        "_currency": checks.currency("BillingCurrencyCode", BILLING_CURRENCIES),
+        "_charge": _key("ChargeType").fill_null("usage"),
+    }
+    charge = _key("ChargeType").fill_null("usage")
+    checks.add("ChargeType", "unknown ChargeType", ~charge.is_in(list(_CATEGORY)))
+    quantity = pl.col("Quantity").str.strip_chars().cast(MONEY, strict=False)
+    negative_ok = charge.is_in(["refund", "roundingadjustment"])
+    checks.add("Quantity", "negative where none is allowed", (quantity < 0) & ~negative_ok)
+    good, bad = checks.split(frame, parsed)
+    good, duplicates = refuse_duplicates(good, file)
+    good = good.with_columns(pl.col("line_key").hash(seed=0).alias("_hash"))
+    earlier = good.join(seen, on="_hash", how="inner")
+    if earlier.height:
+        duplicates += [
+            RefusedRow(file, line, None, f"duplicated line: the same as line {first_line}", key)
+            for line, first_line, key in earlier.select(LINE, "_first", "line_key").iter_rows()
+        ]
+        good = good.join(seen, on="_hash", how="anti")
+    seen = pl.concat([seen, good.select("_hash", pl.col(LINE).alias("_first"))])
+    return good.drop("_hash"), bad, duplicates, seen
+
+
 def _period(good: pl.DataFrame) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The billing period the rows name (end date inclusive → exclusive), when they name exactly
+    one and every row names it; else none."""
     starts = good["_period_start"].drop_nulls().unique()
     ends = good["_period_end"].drop_nulls().unique()
     if starts.len() != 1 or ends.len() != 1 or good["_period_start"].null_count():
         return None, None
     return starts.item(), ends.item() + dt.timedelta(days=1)
+
+
+def _same_period(
+    good: pl.DataFrame, file: str, period: tuple[dt.datetime | None, dt.datetime | None]
+) -> None:
+    """A later chunk naming another billing period than the first one: the file breaks the one
+    period per export file the batches were labelled by, so it fails (the importer rolls the
+    period back) rather than lines landing under the wrong period."""
+    assert period[0] is not None and period[1] is not None
+    other = good.filter(
+        (pl.col("_period_start") != period[0]) | (pl.col("_period_end") != period[1] - dt.timedelta(days=1))
+    )
+    if other.height:
+        row = other.row(0, named=True)
+        raise BillingFileError(
+            file,
+            f"a second billing period ({row['BillingPeriodStartDate']}..{row['BillingPeriodEndDate']}) after "
+            f"{period[0]:%Y-%m-%d}..{period[1] - dt.timedelta(days=1):%Y-%m-%d}: an export file holds one",
+            line=row[LINE],
+            column="BillingPeriodStartDate",
+        )
+
+
+_STREAM_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def _stream_error(label: str, exc: BaseException, gzipped: bool) -> BillingFileError:
+    if gzipped:
+        return BillingFileError(label, f"truncated or corrupt gzip stream ({exc})")
+    return BillingFileError(label, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+
+
+def _check_gzip(path: Path, label: str) -> bool:
+    """Whether the file is gzip (by its magic bytes, whatever its name). A gzip stream is
+    decompressed once to its end and dropped first: a truncated or corrupt one (CRC, missing
+    end-of-stream) shows only there, and must fail before the file's first batch."""
+    gzipped = False
+    try:
+        with path.open("rb") as raw:
+            if raw.read(2) != _GZIP_MAGIC:
+                return False
+            gzipped = True
+            raw.seek(0)
+            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+                while stream.read(BLOCK_BYTES):
+                    pass
+    except _STREAM_ERRORS as exc:
+        raise _stream_error(label, exc, gzipped) from None
+    return True
+
+
+class _RawLines:
+    """The raw bytes :func:`csv_chunks` has read and not yet keyed, so a chunk's line keys are the
+    SHA-1 of its raw lines (``sha1:``, as :func:`connectors.billing_io.line_keys` of the whole
+    file): only the chunk being cut and the read-ahead are held."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self._buf = bytearray()
+        self._next = 1  # the line number of the buffer's first line
+
+    def read(self, size: int) -> bytes:
+        piece = self._read(size)
+        self._buf.extend(piece)
+        return piece
+
+    def keys(self, last: int) -> pl.DataFrame:
+        """``_line`` → ``line_key`` of lines up to ``last``, which leave the buffer."""
+        count = last - self._next + 1
+        if count <= 0:
+            return line_keys([])
+        parts = self._buf.split(b"\n", count)
+        rest = parts[count] if len(parts) > count else bytearray()
+        keys = line_keys(parts[:count]).with_columns(pl.col(LINE) + (self._next - 1))
+        self._buf, self._next = rest, self._next + count
+        return keys
+
+
+class _FileBatches:
+    """The batches of several files, lazily; a file's :class:`BillingFileError` is raised from
+    ``next()`` and the next call goes on with the next file (unlike a generator)."""
+
+    def __init__(self, files: list[Callable[[], Iterator[BillingBatch]]]) -> None:
+        self._files = files
+        self._current: Iterator[BillingBatch] | None = None
+
+    def __iter__(self) -> _FileBatches:
+        return self
+
+    def __next__(self) -> BillingBatch:
+        while True:
+            if self._current is None:
+                if not self._files:
+                    raise StopIteration
+                self._current = self._files.pop(0)()
+            try:
+                return next(self._current)
+            except StopIteration:
+                self._current = None
+            except BillingFileError:
+                self._current = None
+                raise
 
 
 def _vm_size_from_meter() -> pl.Expr:

@@ -4,7 +4,8 @@ The source is a directory (read recursively) or one file of FOCUS exports: CSV, 
 Parquet, told apart by their bytes (gzip and ``PAR1`` magic), not their names. AWS Data Exports
 ("FOCUS 1.0/1.2 with AWS columns"), Microsoft Cost Management ``FocusCost`` exports and Google's
 FOCUS view over the detailed billing export all produce this layout; one file may hold several
-providers. One :class:`~connectors.billing.BillingBatch` per file.
+providers. One :class:`~connectors.billing.BillingBatch` per chunk of about ``chunk_rows``
+records (default 20,000) of a file; see **Streaming** below.
 
 Mapping decisions (FORMATS.md §5.4; the why of each):
 
@@ -47,7 +48,33 @@ Mapping decisions (FORMATS.md §5.4; the why of each):
   ``ConsumedQuantity`` is null by the spec unless the row is Usage and not an unused commitment.
 * **line_key**: FOCUS has no line id. The key is the SHA-1 of the record's fields (every column,
   by name, trimmed; *not* the line number), so the same record in a re-exported file keeps its
-  key and a record repeated in a file is refused as a duplicate, naming both lines.
+  key and a record repeated in a file is refused as a duplicate, naming both lines (in another
+  chunk too: the file's earlier keys are remembered as 64-bit hashes with their line, 16 bytes a
+  record).
+
+**Streaming** (issue 5: a large export in bounded memory), as ``aws_cur`` does it with
+``connectors.billing_io``: a gzip file is decompressed block by block to a temporary file first —
+which checks it to its end, so a truncated or corrupt one is refused before its first batch and
+never half imported — then read like a plain file. A CSV is read in blocks and cut at line ends
+into chunks of about ``chunk_rows`` records (``billing_io.csv_chunks``: each chunk parsed with the
+header in front, line numbers and refusals those of the whole file); a Parquet file is decoded
+``chunk_rows`` records at a time (``billing_io.parquet_chunks``). The version detection and the
+mandatory-column check run once per file, on the first chunk's header. Two things need the whole
+file before its first batch, and come from a cheap first pass (a Polars lazy scan, streamed, of
+only the columns they need):
+
+* **The billing period.** A FOCUS file may hold several billing periods (a provider may export
+  more than one month in a file), so no chunk tells the file's. Every batch of a file carries the
+  same period: the span ``[min BillingPeriodStart, max BillingPeriodEnd)`` over the file's records
+  whose two period columns are both timestamps — the rule of the unstreamed reader (min/max over
+  the lines), taken over every record that names its period, a record refused for another column
+  included (it belongs to that period all the same). The ingestor then replaces that whole span
+  with the file's lines, as before. A file without one such record has no period (its lines are
+  replaced by file). A file whose period does not overlap the window is not read further.
+* **The GPU resources**: "other rows of a GPU resource → 0 GPU-hours" looks at every row of the
+  resource, which may be in another chunk; the pass collects the (normalized) ``ResourceId`` of
+  every record that has a GPU count or is a GPU SKU, over the whole file (a record refused for
+  another reason included) — a set as large as the file's GPU resources, not its rows.
 
 Bad input: a truncated gzip/Parquet file, a missing mandatory column or a header that is not
 UTF-8 refuses the whole file (:class:`~connectors.billing.BillingFileError`, yielded in place of
@@ -59,9 +86,13 @@ file, line and column. The good rows land; ``read == accepted + refused``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gzip
 import logging
-from collections.abc import Iterator
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -80,11 +111,11 @@ from connectors.billing import (
     conform,
 )
 from connectors.billing_io import (
+    BLOCK_BYTES,
     LINE,
     Checks,
-    csv_frame,
-    parquet_frame,
-    read_bytes,
+    csv_chunks,
+    parquet_chunks,
     require_columns,
     sha1_keys,
 )
@@ -166,6 +197,8 @@ class FocusConfig(BillingConfig):
     ``*.csv.gz`` and ``*.parquet`` files (in name order)."""
 
     path: str = Field(min_length=1, description="a FOCUS export file or a directory of them")
+    #: records per batch of a large file (one chunk's text and frames in memory at a time).
+    chunk_rows: int = Field(20_000, ge=1)
 
 
 def detect_version(columns: list[str]) -> str:
@@ -184,8 +217,10 @@ class FocusConnector:
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[BillingConfig]] = FocusConfig
 
-    def __init__(self, config: FocusConfig) -> None:
+    def __init__(self, config: FocusConfig, *, block_bytes: int = BLOCK_BYTES) -> None:
         self.config = config
+        #: bytes asked of a file (or of a gzip stream) at a time; a chunk is read in such blocks.
+        self.block_bytes = block_bytes
 
     def close(self) -> None:
         """Nothing is held open between reads."""
@@ -199,66 +234,179 @@ class FocusConnector:
         return sorted(p for p in root.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES))
 
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
-        """One batch per file whose billing period overlaps ``[start, end)``; a file that cannot be
-        read at all is *yielded* as its :class:`BillingFileError`, so the other files go on."""
+        """Batches (one per chunk) of every file whose billing period overlaps ``[start, end)``; a
+        file that cannot be read at all is *yielded* as its :class:`BillingFileError`, so the other
+        files go on (after some of its batches when it fails late: the ingestor then rolls them back)."""
         paths = self.files()
         if not paths and not Path(self.config.path).exists():
             yield BillingFileError(self.config.path, "no such file or directory")  # type: ignore[misc]
             return
         for path in paths:
             try:
-                batch = self.read_file(path)
+                yield from self.read_file(path, start, end)
             except BillingFileError as error:
                 yield error  # type: ignore[misc]
-                continue
-            unknown = batch.period_start is None or batch.period_end is None
-            if unknown or (batch.period_start < end and batch.period_end > start):  # type: ignore[operator]
-                yield batch
 
-    def read_file(self, path: str | Path, data: bytes | None = None) -> BillingBatch:
-        """The batch of one export file (``data``: its bytes when already fetched)."""
+    def read_file(
+        self, path: str | Path, start: dt.datetime | None = None, end: dt.datetime | None = None
+    ) -> Iterator[BillingBatch]:
+        """The batches of one export file, one chunk of text in memory at a time; none when the
+        file's billing period does not overlap ``[start, end)`` (when given)."""
         file = str(path)
-        raw = read_bytes(path, data)
-        if raw[:4] == b"PAR1":
-            frame, refused = _as_text(parquet_frame(raw, file)), []
+        with contextlib.ExitStack() as stack:
+            local, parquet = self._local(Path(path), file, stack)
+            chunks = self._chunks(local, parquet, file)
+            stack.callback(chunks.close)
+            first = next(chunks)  # csv_chunks and parquet_chunks yield at least one frame
+            columns = [c for c in first[0].columns if c != LINE]
+            version = detect_version(columns)
+            require_columns(first[0], file, MANDATORY[version])
+            period, gpu_resources = _file_summary(local, parquet, file, columns)
+            window = (start, end) if start is not None and end is not None else None
+            if period is not None and window is not None and not _overlaps(period, *window):
+                return  # a file of other billing periods
+            seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
+            read = accepted = refused_count = 0
+            for frame, refused in _prepend(first, chunks):
+                frame = frame.with_columns(
+                    pl.lit(None, dtype=pl.String).alias(c)
+                    for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, *_EXTENSIONS)
+                    if c not in frame.columns
+                )
+                batch_read = frame.height + len(refused)
+                lines, bad, seen = _normalize(frame, file, gpu_resources, seen)
+                refused = sorted(refused + bad, key=lambda r: r.line or 0)
+                read, accepted, refused_count = (
+                    read + batch_read,
+                    accepted + lines.height,
+                    refused_count + len(refused),
+                )
+                yield BillingBatch(
+                    lines=conform(lines.with_columns(pl.lit(file).alias("source_file"))),
+                    source_file=file,
+                    refused=refused,
+                    read=batch_read,
+                    period_start=None if period is None else period[0],
+                    period_end=None if period is None else period[1],
+                )
+            log.info(
+                "FOCUS %s export %s: %d rows read, %d accepted, %d refused",
+                version,
+                file,
+                read,
+                accepted,
+                refused_count,
+            )
+
+    def _local(self, path: Path, file: str, stack: contextlib.ExitStack) -> tuple[Path, bool]:
+        """A plain file to read (a gzip file decompressed to a temporary one, checked to its end on
+        the way) and whether it is Parquet — both by magic bytes, whatever the name."""
+        try:
+            with path.open("rb") as raw:
+                head = raw.read(4)
+                if head[:2] != _GZIP_MAGIC:
+                    return path, head == _PARQUET_MAGIC
+                folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-focus-")))
+                local = folder / "export"
+                raw.seek(0)
+                with gzip.GzipFile(fileobj=raw, mode="rb") as stream, local.open("wb") as out:
+                    while piece := stream.read(self.block_bytes):
+                        out.write(piece)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise BillingFileError(file, f"truncated or corrupt gzip stream ({exc})") from None
+        except OSError as exc:
+            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
+        with local.open("rb") as plain:
+            return local, plain.read(4) == _PARQUET_MAGIC
+
+    def _chunks(
+        self, local: Path, parquet: bool, file: str
+    ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
+        """The file as text frames of about ``chunk_rows`` records (``_line``: the file's)."""
+        rows = self.config.chunk_rows
+        if parquet:
+            for frame in parquet_chunks(local, file, rows):
+                yield _as_text(frame), []
+            return
+        try:
+            stream = local.open("rb")
+        except OSError as exc:
+            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
+        with stream:
+            read: Callable[[int], bytes] = stream.read
+            yield from csv_chunks(read, file, rows, block=self.block_bytes)
+
+
+_GZIP_MAGIC, _PARQUET_MAGIC = b"\x1f\x8b", b"PAR1"
+#: Provider extension columns the mapping reads (null when a file lacks them).
+_EXTENSIONS: tuple[str, ...] = ("x_SkuDescription", "x_SkuDetails", "x_UsageType")
+#: The columns of the first pass (billing period, GPU resources).
+_SUMMARY_COLUMNS: tuple[str, ...] = (
+    "BillingPeriodStart", "BillingPeriodEnd", "ProviderName", "ResourceId", "CommitmentDiscountStatus",
+    "SkuPriceDetails", "SkuMeter", "x_SkuDescription",
+)  # fmt: skip
+
+
+def _overlaps(period: tuple[dt.datetime, dt.datetime], start: dt.datetime, end: dt.datetime) -> bool:
+    return period[0] < end and period[1] > start
+
+
+_Chunk = tuple[pl.DataFrame, list[RefusedRow]]
+
+
+def _prepend(first: _Chunk, rest: Iterator[_Chunk]) -> Iterator[_Chunk]:
+    yield first
+    yield from rest
+
+
+def _file_summary(
+    local: Path, parquet: bool, file: str, columns: list[str]
+) -> tuple[tuple[dt.datetime, dt.datetime] | None, list[str]]:
+    """The file's billing period (the span of its records' periods) and its GPU resources, from a
+    streamed lazy scan of only the columns they need (module docstring, **Streaming**)."""
+    wanted = [c for c in _SUMMARY_COLUMNS if c in columns]
+    try:
+        if parquet:
+            scan = pl.scan_parquet(local)
+            schema = scan.collect_schema()
+            scan = scan.select(_text_exprs({c: schema[c] for c in wanted}))
         else:
-            frame, refused = csv_frame(raw, file)
-        read = frame.height + len(refused)
-        version = detect_version(frame.columns)
-        require_columns(frame, file, MANDATORY[version])
-        frame = frame.with_columns(
-            pl.lit(None, dtype=pl.String).alias(c)
-            for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, "x_SkuDescription", "x_SkuDetails", "x_UsageType")
-            if c not in frame.columns
+            # The header as the chunks read it (a byte-order mark dropped): names by position.
+            scan = pl.scan_csv(
+                local,
+                infer_schema=False,
+                encoding="utf8-lossy",
+                new_columns=columns,
+                truncate_ragged_lines=True,
+            ).select(wanted)
+        scan = scan.with_columns(
+            pl.lit(None, dtype=pl.String).alias(c) for c in _SUMMARY_COLUMNS if c not in wanted
         )
-        lines, bad = _normalize(frame, file)
-        refused.extend(bad)
-        refused.sort(key=lambda r: r.line or 0)
-        period_start = lines["_period_start"].min() if lines.height else None
-        period_end = lines["_period_end"].max() if lines.height else None
-        log.info(
-            "FOCUS %s export %s: %d rows read, %d accepted, %d refused",
-            version,
-            file,
-            read,
-            lines.height,
-            len(refused),
+        lo, hi = _timestamp("BillingPeriodStart"), _timestamp("BillingPeriodEnd")
+        span = scan.filter(lo.is_not_null() & hi.is_not_null()).select(
+            lo.min().alias("lo"), hi.max().alias("hi")
         )
-        return BillingBatch(
-            lines=conform(lines.with_columns(pl.lit(file).alias("source_file"))),
-            source_file=file,
-            refused=refused,
-            read=read,
-            period_start=period_start,  # type: ignore[arg-type]
-            period_end=period_end,  # type: ignore[arg-type]
-        )
+        count, sku = _gpu_count(), _is_gpu_sku()
+        marked = (count.fill_null(0) > 0) | sku.fill_null(False)
+        gpus = scan.filter(marked).select(_resource_id(_provider()).alias("r")).drop_nulls().unique()
+        span_frame, gpu_frame = pl.collect_all([span, gpus], engine="streaming")
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise BillingFileError(file, f"not a readable export file: {str(exc).splitlines()[0]}") from None
+    lo_value, hi_value = span_frame.row(0)
+    period = None if lo_value is None or hi_value is None else (lo_value, hi_value)
+    return period, sorted(gpu_frame["r"].to_list())
 
 
 def _as_text(frame: pl.DataFrame) -> pl.DataFrame:
     """A Parquet frame's typed columns as the text a CSV export would hold, so both go through the
     same checks: times as ISO 8601 UTC, floats through Decimal (never a float's scientific notation)."""
+    return frame.select(_text_exprs(dict(frame.schema)))
+
+
+def _text_exprs(schema: dict[str, pl.DataType]) -> list[pl.Expr]:
+    """:func:`_as_text` as expressions (for a lazy scan too)."""
     out = []
-    for name, dtype in frame.schema.items():
+    for name, dtype in schema.items():
         col = pl.col(name)
         if name == LINE or dtype == pl.String:
             out.append(col)
@@ -269,7 +417,15 @@ def _as_text(frame: pl.DataFrame) -> pl.DataFrame:
             out.append(col.cast(pl.Decimal(38, 15)).cast(pl.String))
         else:
             out.append(col.cast(pl.String))
-    return frame.select(out)
+    return out
+
+
+def _timestamp(column: str) -> pl.Expr:
+    """``column`` as the checks read a timestamp (``Checks.timestamp`` with :data:`_ISO_FORMATS`);
+    null where it is not one."""
+    text = pl.col(column).str.strip_chars()
+    tried = [text.str.to_datetime(f, time_zone="UTC", strict=False, time_unit="us") for f in _ISO_FORMATS]
+    return pl.coalesce(tried).cast(UTC_TIME)
 
 
 def _text(column: str) -> pl.Expr:
@@ -290,9 +446,12 @@ def _line_keys(frame: pl.DataFrame) -> pl.Series:
     return sha1_keys(frame.select(record).to_series())
 
 
-def _normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """Checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``) and the
-    refused rows."""
+def _normalize(
+    frame: pl.DataFrame, file: str, gpu_resources: list[str], seen: pl.DataFrame
+) -> tuple[pl.DataFrame, list[RefusedRow], pl.DataFrame]:
+    """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``),
+    the refused rows, and ``seen`` (the file's line-key hashes and first lines so far) with this
+    chunk's added."""
     frame = frame.with_columns(_line_keys(frame).alias("line_key"))
     checks = Checks(file)
     category = _text("ChargeCategory")
@@ -335,14 +494,20 @@ def _normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[Refus
     )
     good, refused = checks.split(frame, parsed)
 
-    # The frame is in line order: the first of identical records is kept, the later ones refused.
-    good = good.with_columns(pl.col(LINE).min().over("line_key").alias("_first"))
+    # The frame is in line order: the first of identical records is kept, the later ones refused —
+    # in this chunk, or in an earlier one (remembered by a 64-bit hash of the key and its line).
+    good = good.with_columns(
+        pl.col("line_key").hash(seed=0).alias("_hash"), pl.col(LINE).min().over("line_key").alias("_first")
+    )
+    good = good.join(seen.rename({"_first": "_earlier"}), on="_hash", how="left", maintain_order="left")
+    good = good.with_columns(pl.coalesce("_earlier", "_first").alias("_first")).drop("_earlier")
     repeated = good.filter(pl.col(LINE) != pl.col("_first"))
     for row in repeated.select(LINE, "_first").iter_rows(named=True):
         reason = f"duplicate of line {row['_first']}: an identical record (FOCUS has no line id)"
         refused.append(RefusedRow(file, row[LINE], "line_key", reason))
     good = good.filter(pl.col(LINE) == pl.col("_first")).drop("_first")
-    return _map(good), refused
+    seen = pl.concat([seen, good.select("_hash", pl.col(LINE).alias("_first"))])
+    return _map(good.drop("_hash"), gpu_resources), refused, seen
 
 
 #: ISO 8601 as FOCUS writes it (``2025-09-01T00:00:00Z``), with fractions or an offset, and the
@@ -357,24 +522,49 @@ _ISO_FORMATS: tuple[str, ...] = (
 )
 
 
-def _map(good: pl.DataFrame) -> pl.DataFrame:
-    """Checked rows → the contract's columns (columnar)."""
+def _provider() -> pl.Expr:
     provider_name = _text("ProviderName").str.to_lowercase()
-    provider = provider_name.replace_strict(PROVIDERS, default=provider_name)
-    category = _text("ChargeCategory")
-    is_usage = category == ChargeCategory.USAGE.value
-    status = _text("CommitmentDiscountStatus")
-    unused = (status == "Unused").fill_null(False)
+    return provider_name.replace_strict(PROVIDERS, default=provider_name)
+
+
+def _unused() -> pl.Expr:
+    return (_text("CommitmentDiscountStatus") == "Unused").fill_null(False)
+
+
+def _resource_id(provider: pl.Expr) -> pl.Expr:
+    """``ResourceId`` as the metrics connectors spell the instance (module docstring)."""
     resource = _text("ResourceId")
-    resource_id = (
-        pl.when(unused)
+    return (
+        pl.when(_unused())
         .then(None)
-        .when(pl.col("provider") == "gcp")
+        .when(provider == "gcp")
         .then(pl.coalesce(resource.str.extract(r"/instances/(\d+)$"), resource))
-        .when(pl.col("provider") == "azure")
+        .when(provider == "azure")
         .then(resource.str.to_lowercase())
         .otherwise(resource)
     )
+
+
+def _gpu_count() -> pl.Expr:
+    details = _text("SkuPriceDetails")
+    return details.str.json_path_match("$.GpuCount").str.strip_chars().cast(pl.Int32, strict=False)
+
+
+def _is_gpu_sku() -> pl.Expr:
+    return (
+        pl.coalesce(_text("SkuMeter").str.contains(GPU_SKU), pl.lit(False))
+        | pl.coalesce(_text("x_SkuDescription").str.contains(GPU_SKU), pl.lit(False))
+    ) & _gpu_count().is_null()
+
+
+def _map(good: pl.DataFrame, gpu_resources: list[str]) -> pl.DataFrame:
+    """Checked rows → the contract's columns (columnar); ``gpu_resources``: the file's resources
+    with a GPU count or a GPU SKU on any record (:func:`_file_summary`)."""
+    provider = _provider()
+    category = _text("ChargeCategory")
+    is_usage = category == ChargeCategory.USAGE.value
+    unused = _unused()
+    resource_id = _resource_id(pl.col("provider"))
     charge_type = (
         pl.when(unused)
         .then(
@@ -392,11 +582,8 @@ def _map(good: pl.DataFrame) -> pl.DataFrame:
         _text("x_SkuDetails").str.json_path_match("$.ServiceType"),
         _text("x_UsageType").str.extract(AWS_INSTANCE_USAGE),
     ).str.strip_chars()
-    gpu_count = details.str.json_path_match("$.GpuCount").str.strip_chars().cast(pl.Int32, strict=False)
-    is_gpu_sku = (
-        pl.coalesce(_text("SkuMeter").str.contains(GPU_SKU), pl.lit(False))
-        | pl.coalesce(_text("x_SkuDescription").str.contains(GPU_SKU), pl.lit(False))
-    ) & gpu_count.is_null()
+    gpu_count = _gpu_count()
+    is_gpu_sku = _is_gpu_sku()
     hours = _text("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False)
     counts_time = is_usage.fill_null(False) & ~unused
     lines = good.with_columns(
@@ -425,11 +612,7 @@ def _map(good: pl.DataFrame) -> pl.DataFrame:
         counts_time.alias("_counts_time"),
         hours.alias("_hours"),
     ).with_columns(resource_id.alias("resource_id"))
-    gpu_resource = (
-        ((pl.col("gpu_count").fill_null(0) > 0) | pl.col("is_gpu_sku").fill_null(False))
-        .any()
-        .over("resource_id")
-    )
+    gpu_resource = pl.col("resource_id").is_in(gpu_resources)
     gpu_hours = (
         pl.when(pl.col("is_gpu_sku").fill_null(False) & pl.col("_counts_time") & pl.col("_hours"))
         .then(pl.col("usage_quantity"))

@@ -44,13 +44,17 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gzip
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import IO, Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field, model_validator
@@ -67,17 +71,16 @@ from connectors.billing import (
     conform,
 )
 from connectors.billing_io import (
+    BLOCK_BYTES,
     LINE,
     Checks,
-    FileBatches,
-    csv_frame,
+    csv_chunks,
     export_files,
     file_kind,
     json_text,
     line_keys,
     ndjson_records,
-    parquet_frame,
-    read_bytes,
+    parquet_chunks,
     refuse_duplicates,
     require_columns,
     sha1_keys,
@@ -186,6 +189,9 @@ class GcpBillingConfig(BillingConfig):
       ``backoff_s``, ``timeout_s``: about ``max_retries`` retries of throttling/5xx with
       exponential backoff from ``backoff_s`` (the client's deadline-based retry: the deadline is
       ``timeout_s`` plus the backoffs), ``timeout_s`` per request.
+
+    ``chunk_rows``: records per batch of an exported file (a large file is streamed in chunks of
+    this many records; default 20,000).
     """
 
     type: Literal["gcp_billing"] = "gcp_billing"
@@ -197,6 +203,7 @@ class GcpBillingConfig(BillingConfig):
     max_retries: int = Field(5, ge=0, le=20)
     backoff_s: float = Field(1.0, ge=0)
     timeout_s: float = Field(60.0, gt=0)
+    chunk_rows: int = Field(20_000, ge=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> GcpBillingConfig:
@@ -218,16 +225,26 @@ class GcpBillingConfig(BillingConfig):
 
 
 class GcpBillingConnector:
-    """Reads the GCP billing export: one :class:`BillingBatch` per file, or per page of a query."""
+    """Reads the GCP billing export: one :class:`BillingBatch` per chunk of a file, or per page of a
+    query."""
 
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[GcpBillingConfig]] = GcpBillingConfig
 
-    def __init__(self, config: GcpBillingConfig, *, client: Any = None, credentials: Any = None) -> None:
+    def __init__(
+        self,
+        config: GcpBillingConfig,
+        *,
+        client: Any = None,
+        credentials: Any = None,
+        block_bytes: int = BLOCK_BYTES,
+    ) -> None:
         """``client``: a ``google.cloud.bigquery.Client`` to use (not closed here); ``credentials``:
         ``google.auth`` credentials for the client built from the config (tests pass
-        ``AnonymousCredentials`` with ``api_endpoint``)."""
+        ``AnonymousCredentials`` with ``api_endpoint``); ``block_bytes``: bytes asked of a
+        (decompressed) file at a time."""
         self.config = config
+        self.block_bytes = block_bytes
         self._client, self._credentials, self._own_client = client, credentials, client is None
 
     def files(self) -> list[Path]:
@@ -235,39 +252,84 @@ class GcpBillingConnector:
 
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
         """Batches of the files with a line charged in ``[start, end)`` (or with no good line:
-        their refusals must be seen). A whole unreadable file raises :class:`BillingFileError`
-        from ``next()``; the iterator then goes on with the next file. With ``bigquery_table``:
-        :meth:`read_bigquery`."""
+        their refusals must be seen), one per chunk of ``chunk_rows`` records. A whole unreadable
+        file raises :class:`BillingFileError` from ``next()`` before any of its batches; the
+        iterator then goes on with the next file. With ``bigquery_table``: :meth:`read_bigquery`."""
         if self.config.bigquery_table:
             return self.read_bigquery(start, end)
-        return FileBatches(self.files(), self.read_file, start, end)
+        return _FileStream(self.files(), lambda path: self.read_file(path, start, end))
 
-    def read_file(self, path: Path, data: bytes | None = None) -> BillingBatch:
+    def read_file(self, path: Path, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+        """One file's batches (none when no good line is charged in ``[start, end)``).
+
+        A file of one chunk is parsed once. A larger one is read twice: first for what its
+        normalization needs from the whole file — the facts per resource (:func:`resource_facts`:
+        its GPU SKU rows, GPU count, machine type; a table of resources, not rows), whether a good
+        line falls in the window, that the required columns are there, and that a gzip stream is
+        whole — then chunk by chunk into batches joined with those facts. So the lines are those of
+        reading the file whole, and a file that fails does so before its first batch.
+        """
         file = str(path)
-        raw = read_bytes(path, data)
+        chunks = self._checked_chunks(path, file)
+        first = next(chunks)
+        facts, hit, good = _file_facts(first[0], start, end)
+        second = next(chunks, None)
+        if second is None:
+            if hit or not good:
+                yield _batch(first, file, facts)
+            return
+        del first  # the first pass keeps only the facts: a chunk is dropped once they are taken
+        facts, hit, good = _merge_facts((facts, hit, good), _file_facts(second[0], start, end))
+        del second
+        for chunk in chunks:
+            facts, hit, good = _merge_facts((facts, hit, good), _file_facts(chunk[0], start, end))
+        if not hit and good:
+            return
+        for chunk in self._checked_chunks(path, file):
+            yield _batch(chunk, file, facts)
+
+    def _checked_chunks(self, path: Path, file: str) -> Iterator[tuple[pl.DataFrame, list[RefusedRow], int]]:
+        """``(good rows, refused rows, records read)`` per chunk: :func:`check` of the file's text
+        frames. Raises :class:`BillingFileError` for the whole file (at its end for a required
+        column that no JSONL record has)."""
+        columns: set[str] = set()
+        for frame, io_refused, read in self._frames(path, file, columns):
+            good, refused = check(frame, file)
+            yield good, [*io_refused, *refused], read
+        if file_kind(file, _SUFFIXES) not in ("csv", "parquet"):
+            # a JSONL chunk may lack a field other records have: required is what the file lacks
+            require_columns(pl.DataFrame(schema=dict.fromkeys(columns, pl.Null)), file, _REQUIRED_TOP)
+
+    def _frames(
+        self, path: Path, file: str, columns: set[str]
+    ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow], int]]:
+        """The file as flat text frames of ``chunk_rows`` records with ``line_key``, one in memory at
+        a time: ``(frame, rows refused while reading, records read)``; ``columns`` collects the
+        top-level fields of the JSONL records."""
+        rows = self.config.chunk_rows
         kind = file_kind(file, _SUFFIXES)
-        if kind == "csv":
-            frame, refused = csv_frame(raw, file)
-            frame = _from_flat(frame.rename({c: c.replace(".", "_") for c in frame.columns}), file)
-            frame = frame.join(line_keys(raw.split(b"\n")), on=LINE, how="left")
-            read = frame.height + len(refused)
-        elif kind == "parquet":
-            frame = parquet_frame(raw, file)
-            frame = _from_nested(frame, file) if "sku" in frame.columns else _from_flat(frame, file)
-            frame = frame.join(_record_keys(parquet_frame(raw, file)), on=LINE, how="left")
-            refused, read = [], frame.height
-        else:
-            records, refused, read = ndjson_records(raw, file)
-            try:
-                nested = pl.DataFrame(records, infer_schema_length=None)
-            except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
-                raise BillingFileError(file, f"records of different shapes: {exc}") from None
-            if nested.is_empty():
-                nested = pl.DataFrame({LINE: []}, schema={LINE: pl.Int64})
-            frame = _from_nested(nested, file).join(line_keys(raw.split(b"\n")), on=LINE, how="left")
-        lines, bad = normalize(frame, file)
-        refused = [*refused, *bad]
-        return BillingBatch(lines=lines, source_file=file, refused=refused, read=read)
+        with contextlib.ExitStack() as stack:
+            read, compressed = stack.enter_context(_stream(path, file))
+            if kind == "parquet":
+                if compressed:  # Parquet needs a seekable file: the decompressed copy
+                    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-gcp-")))
+                    path = folder / "export.parquet"
+                    with path.open("wb") as out:
+                        while piece := read(BLOCK_BYTES):
+                            out.write(piece)
+                for raw in parquet_chunks(path, file, rows):
+                    frame = _from_nested(raw, file) if "sku" in raw.columns else _from_flat(raw, file)
+                    yield frame.join(_record_keys(raw), on=LINE, how="left"), [], raw.height
+            elif kind == "csv":
+                keys = _LineKeys(read)
+                for raw, refused in csv_chunks(keys, file, rows, block=self.block_bytes):
+                    last = max([raw[LINE].max() or 0, *(r.line or 0 for r in refused)])
+                    frame = _from_flat(raw.rename({c: c.replace(".", "_") for c in raw.columns}), file)
+                    frame = frame.join(keys.take(last), on=LINE, how="left")
+                    yield frame, refused, raw.height + len(refused)
+            else:
+                for data, first_line in _line_blocks(read, rows, self.block_bytes):
+                    yield _jsonl_frame(data, first_line, file, columns)
 
     # --- BigQuery --------------------------------------------------------------------------------
 
@@ -445,6 +507,181 @@ def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({LINE: frame[LINE], "line_key": sha1_keys(encoded)})
 
 
+# --- streaming the exported files ------------------------------------------------------------
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_REQUIRED_TOP = [_NESTED[c][0] for c in REQUIRED]
+Chunk = tuple[pl.DataFrame, list[RefusedRow], int]  # good rows, refused rows, records read
+
+
+class _FileStream:
+    """The batches of each file in turn, lazily; unlike one generator it goes on after a file
+    raised :class:`BillingFileError` (the ingestor records it and asks for the next)."""
+
+    def __init__(self, paths: Sequence[Path], batches: Callable[[Path], Iterator[BillingBatch]]) -> None:
+        self._paths, self._batches = list(paths), batches
+        self._current: Iterator[BillingBatch] | None = None
+
+    def __iter__(self) -> _FileStream:
+        return self
+
+    def __next__(self) -> BillingBatch:
+        while True:
+            if self._current is None:
+                if not self._paths:
+                    raise StopIteration
+                self._current = self._batches(self._paths.pop(0))
+            try:
+                return next(self._current)
+            except StopIteration:
+                self._current = None
+            except BillingFileError:
+                self._current = None
+                raise
+
+
+@contextlib.contextmanager
+def _stream(path: Path, file: str) -> Iterator[tuple[Callable[[int], bytes], bool]]:
+    """The file's content as a stream — ``(read(n), compressed)`` — gzip undone by its magic bytes,
+    whatever the name; read and decompression errors become the file's :class:`BillingFileError`."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stream: IO[bytes] = stack.enter_context(path.open("rb"))
+            compressed = stream.read(2) == _GZIP_MAGIC
+            stream.seek(0)
+            if compressed:
+                stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+        except OSError as exc:
+            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
+
+        def read(size: int) -> bytes:
+            try:
+                return stream.read(size)
+            except (EOFError, OSError, zlib.error) as exc:
+                if compressed:
+                    raise BillingFileError(file, f"truncated or corrupt gzip stream ({exc})") from None
+                raise BillingFileError(
+                    file, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+                ) from None
+
+        yield read, compressed
+
+
+def _line_blocks(read: Callable[[int], bytes], rows: int, block: int) -> Iterator[tuple[bytes, int]]:
+    """A JSON Lines stream as ``(bytes of `rows` lines, the number of its first line)``: blocks are
+    read until ``rows`` line ends are held, and cut there (the last piece may be shorter; an empty
+    file is one empty piece). Holds one chunk and one block."""
+    buf = bytearray()
+    held = 0  # line ends in buf
+    line = 1
+    eof = False
+    while True:
+        while held < rows and not eof:
+            piece = read(block)
+            if piece:
+                buf += piece
+                held += piece.count(b"\n")
+            else:
+                eof = True
+        if held >= rows:
+            cut = -1
+            for _ in range(rows):
+                cut = buf.index(b"\n", cut + 1)
+            cut, taken = cut + 1, rows
+        else:
+            cut, taken = len(buf), held
+        if cut == 0 and line > 1:
+            return
+        yield bytes(buf[:cut]), line
+        del buf[:cut]
+        held, line = held - taken, line + taken
+        if eof and not buf:
+            return
+
+
+class _LineKeys:
+    """A ``read(n)`` that hashes the lines as they stream through (:func:`line_keys`, numbered in
+    the whole file), so a CSV chunk parsed elsewhere gets its raw lines' keys; keys are held only
+    until :meth:`take` (the lines read ahead of the chunk being parsed)."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read, self._partial, self._keys, self._first = read, b"", [], 1
+
+    def __call__(self, size: int) -> bytes:
+        piece = self._read(size)
+        if piece:
+            parts = (self._partial + piece).split(b"\n")
+            self._partial = parts.pop()
+        else:
+            parts, self._partial = ([self._partial] if self._partial else []), b""
+        self._keys += ["sha1:" + hashlib.sha1(line.rstrip(b"\r")).hexdigest() for line in parts]
+        return piece
+
+    def take(self, last: int) -> pl.DataFrame:
+        """``_line`` → ``line_key`` of the lines up to ``last``, dropped from what is held."""
+        n = max(0, min(last - self._first + 1, len(self._keys)))
+        frame = pl.DataFrame(
+            {LINE: range(self._first, self._first + n), "line_key": self._keys[:n]},
+            schema={LINE: pl.Int64, "line_key": pl.String},
+        )
+        del self._keys[:n]
+        self._first += n
+        return frame
+
+
+def _jsonl_frame(
+    data: bytes, first_line: int, file: str, columns: set[str]
+) -> tuple[pl.DataFrame, list[RefusedRow], int]:
+    """One chunk of JSON Lines (starting on line ``first_line``) as the flat text frame with line
+    keys, the lines refused while reading, the records read; adds its fields to ``columns``."""
+    records, refused, read = ndjson_records(data, file)
+    try:
+        nested = pl.DataFrame(records, infer_schema_length=None)
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
+        raise BillingFileError(file, f"records of different shapes: {exc}") from None
+    if nested.is_empty():
+        nested = pl.DataFrame({LINE: []}, schema={LINE: pl.Int64})
+    columns.update(c for c in nested.columns if c != LINE)
+    frame = _from_nested(nested, file, require=False).join(line_keys(data.split(b"\n")), on=LINE, how="left")
+    shift = first_line - 1
+    if shift:
+        frame = frame.with_columns(pl.col(LINE) + shift)
+        refused = [
+            RefusedRow(r.file, None if r.line is None else r.line + shift, r.column, r.reason, r.raw)
+            for r in refused
+        ]
+    return frame, refused, read
+
+
+def _file_facts(good: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> tuple[pl.DataFrame, bool, bool]:
+    """(:func:`resource_facts`, a good row charged in ``[start, end)``, any good row) of a chunk."""
+    hit = good.height > 0 and bool(
+        good.select(((pl.col("_start") < end) & (pl.col("_end") > start)).any()).item()
+    )
+    return resource_facts(good), hit, good.height > 0
+
+
+def _merge_facts(
+    a: tuple[pl.DataFrame, bool, bool], b: tuple[pl.DataFrame, bool, bool]
+) -> tuple[pl.DataFrame, bool, bool]:
+    facts = (
+        pl.concat([a[0], b[0]])
+        .group_by("resource_global_name")
+        .agg(
+            pl.col("_r_gpu").any(),
+            pl.col("_r_count").max(),
+            pl.col("_r_spec").max(),
+            pl.col("_r_family").max(),
+        )
+    )
+    return facts, a[1] or b[1], a[2] or b[2]
+
+
+def _batch(chunk: Chunk, file: str, facts: pl.DataFrame) -> BillingBatch:
+    good, refused, read = chunk
+    return BillingBatch(lines=_to_lines(good, file, facts), source_file=file, refused=refused, read=read)
+
+
 def _path(frame: pl.DataFrame, path: tuple[str, ...]) -> pl.Expr:
     """The nested field ``path`` as text, null when the export has no such field."""
     dtype = frame.schema.get(path[0])
@@ -477,10 +714,11 @@ def _typed_list(frame: pl.DataFrame, column: str, dtype: pl.DataType) -> pl.Expr
     return pl.col(column).list.eval(pl.struct(fields))
 
 
-def _from_nested(frame: pl.DataFrame, file: str) -> pl.DataFrame:
-    """The nested export (JSONL records, Parquet) as the flat text frame ``normalize`` reads."""
-    present = {c for c, p in _NESTED.items() if p[0] in frame.columns}
-    require_columns(frame, file, [_NESTED[c][0] for c in REQUIRED if c not in present])
+def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.DataFrame:
+    """The nested export (JSONL records, Parquet) as the flat text frame ``normalize`` reads
+    (``require=False``: a field it lacks is null, for a JSONL chunk checked file-wide)."""
+    if require:
+        require_columns(frame, file, _REQUIRED_TOP)
     system = _typed_list(frame, "system_labels", _LABEL)
     spec = system.list.eval(
         pl.element().filter(pl.element().struct.field("key") == "compute.googleapis.com/machine_spec")
@@ -575,7 +813,15 @@ def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """The flat text frame → (``BILLING_SCHEMA`` lines, refused rows)."""
+    """The flat text frame → (``BILLING_SCHEMA`` lines, refused rows), its rows' resources seen in
+    it alone (a query's page)."""
+    good, refused = check(frame, file)
+    return _to_lines(good, file, resource_facts(good)), refused
+
+
+def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """The flat text frame → (good rows with their parsed values, refused rows): the checks, then
+    a line seen twice in the frame is refused."""
     parts = _credit_parts(frame)
     frame = frame.join(parts, on=LINE, how="left")
     checks = Checks(file)
@@ -611,20 +857,60 @@ def normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[Refuse
     }
     good, refused = checks.split(frame, parsed)
     good, duplicates = refuse_duplicates(good, file)
-    return _to_lines(good, file), [*refused, *duplicates]
+    return good, [*refused, *duplicates]
 
 
-def _to_lines(good: pl.DataFrame, file: str) -> pl.DataFrame:
-    sku = pl.col("sku_description")
-    resource = pl.col("resource_global_name")
-    has_resource = resource.is_not_null() & (resource != "")
+_SKU = pl.col("sku_description")
+_RESOURCE = pl.col("resource_global_name")
+_HAS_RESOURCE = _RESOURCE.is_not_null() & (_RESOURCE != "")
+_COMMITMENT_SKU = _SKU.str.starts_with("Commitment")
+_IS_GPU = _SKU.str.contains(r"(?i)\bgpu\b") & ~_COMMITMENT_SKU
+_UNIT = pl.col("usage_pricing_unit").str.strip_chars().str.to_lowercase()
+_SECONDS = pl.col("usage_unit").str.strip_chars().str.to_lowercase().is_in(["seconds", "second", "s"])
+_HOURS_OF_USE = (
+    pl.when(_UNIT == "hour")
+    .then(pl.col("_priced"))
+    .when(_SECONDS)
+    .then((pl.col("_amount").cast(_D18) / pl.lit(3600).cast(_D18)).round(9).cast(MONEY))
+)
+_WINDOW_H = (pl.col("_end") - pl.col("_start")).dt.total_seconds() / 3600.0
+_RATIO = _HOURS_OF_USE.cast(pl.Float64) / _WINDOW_H  # a whole number or nothing: floats are exact here
+# GPUs of a GPU SKU row: its GPU-hours per hour of its window, when a whole number
+_OWN_COUNT = pl.when(_IS_GPU & (_RATIO > 0) & (_RATIO.round(0) == _RATIO)).then(
+    _RATIO.round(0).cast(pl.Int32)
+)
+_FAMILY = _SKU.str.extract(
+    r"^(?:Spot Preemptible )?([A-Z]\d+[A-Z]?) (?:Predefined |Custom )?Instance (?:Core|Ram)"
+).str.to_lowercase()
 
-    def per_resource(expr: pl.Expr, how: str) -> pl.Expr:
-        over = getattr(expr, how)().over(resource)
-        return pl.when(has_resource).then(over).otherwise(expr)
 
-    commitment_sku = sku.str.starts_with("Commitment")
-    is_gpu = sku.str.contains(r"(?i)\bgpu\b") & ~commitment_sku
+def resource_facts(good: pl.DataFrame) -> pl.DataFrame:
+    """What a resource's lines take from all its rows (a GPU VM is billed as several SKU rows), per
+    ``resource_global_name`` of the good rows: ``_r_gpu`` (a GPU SKU row), ``_r_count`` (the
+    largest whole GPU count of one), ``_r_spec`` (``machine_spec`` label), ``_r_family`` (family of
+    a core/RAM SKU). Any/max, so the facts of a file's chunks merge into the file's
+    (:func:`_merge_facts`); one row per resource, however many rows."""
+    return (
+        good.filter(_HAS_RESOURCE)
+        .group_by("resource_global_name")
+        .agg(
+            _IS_GPU.any().alias("_r_gpu"),
+            _OWN_COUNT.max().alias("_r_count"),
+            pl.col("machine_spec").max().alias("_r_spec"),
+            _FAMILY.max().alias("_r_family"),
+        )
+    )
+
+
+def _to_lines(good: pl.DataFrame, file: str, facts: pl.DataFrame) -> pl.DataFrame:
+    """Good rows → lines; ``facts``: :func:`resource_facts` of every good row of their file."""
+    good = good.join(facts, on="resource_global_name", how="left", maintain_order="left")
+    sku, resource, has_resource, is_gpu = _SKU, _RESOURCE, _HAS_RESOURCE, _IS_GPU
+
+    def per_resource(fact: str, own: pl.Expr) -> pl.Expr:
+        return pl.when(has_resource).then(pl.col(fact)).otherwise(own)
+
+    commitment_sku = _COMMITMENT_SKU
     category = (
         pl.when(pl.col("_cost_type") != "regular")
         .then(pl.col("_cost_type").replace_strict(_CATEGORY, return_dtype=pl.String))
@@ -641,24 +927,11 @@ def _to_lines(good: pl.DataFrame, file: str) -> pl.DataFrame:
         .then(pl.lit(PricingModel.COMMITMENT.value))
         .otherwise(pl.lit(PricingModel.ON_DEMAND.value))
     )
-    unit = pl.col("usage_pricing_unit").str.strip_chars().str.to_lowercase()
-    seconds = pl.col("usage_unit").str.strip_chars().str.to_lowercase().is_in(["seconds", "second", "s"])
-    hours_of_use = (
-        pl.when(unit == "hour")
-        .then(pl.col("_priced"))
-        .when(seconds)
-        .then((pl.col("_amount").cast(_D18) / pl.lit(3600).cast(_D18)).round(9).cast(MONEY))
-    )
-    window_h = (pl.col("_end") - pl.col("_start")).dt.total_seconds() / 3600.0
-    ratio = hours_of_use.cast(pl.Float64) / window_h  # a whole number or nothing: floats are exact here
-    own_count = pl.when(is_gpu & (ratio > 0) & (ratio == ratio.round(0))).then(ratio.round(0).cast(pl.Int32))
-    resource_gpu = per_resource(is_gpu, "any")
-    gpu_count = per_resource(own_count, "max")
-    family = sku.str.extract(
-        r"^(?:Spot Preemptible )?([A-Z]\d+[A-Z]?) (?:Predefined |Custom )?Instance (?:Core|Ram)"
-    )
+    hours_of_use = _HOURS_OF_USE
+    resource_gpu = per_resource("_r_gpu", is_gpu)
+    gpu_count = per_resource("_r_count", _OWN_COUNT)
     instance_type = pl.coalesce(
-        per_resource(pl.col("machine_spec"), "max"), per_resource(family.str.to_lowercase(), "max")
+        per_resource("_r_spec", pl.col("machine_spec")), per_resource("_r_family", _FAMILY)
     )
     effective = (pl.col("_cost") + pl.col("_credits_sum")).cast(MONEY)
     labels = pl.col("_labels").list.eval(
