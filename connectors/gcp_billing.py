@@ -39,7 +39,18 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
   credit → commitment, else on demand.
 * ``line_key``: the export has no row id, so it is ``sha1:`` + the SHA-1 of the raw line (JSONL,
   CSV) or of the record's JSON (Parquet). Polars' own hash is not stable across versions, so
-  hashlib runs once per line; a line seen twice in a file is refused as a duplicate.
+  hashlib runs once per line; a line seen twice in a chunk is refused as a duplicate (a repeat in
+  another chunk of the file is refused by the ingestor, which checks keys against the database).
+
+Memory: a file is streamed in batches of ``chunk_rows`` records (gzip undone as a stream): JSON
+Lines cut at line ends, CSV by ``billing_io.csv_chunks`` (keys hashed from the raw lines as they
+stream through), Parquet by ``billing_io.parquet_chunks``. Every batch of a file has its
+``source_file`` and no period (daily files must not replace each other: the ingestor replaces a
+file's old lines once, when the run first meets it, and appends its later batches). A file of more
+than one chunk is read twice: first for the facts its lines take from the whole file (per
+resource: a GPU SKU row, the GPU count, the machine type — one row per resource), whether a good
+line is in the window, its required fields and a whole gzip stream; so its lines equal those of
+reading it whole, and it fails before its first batch.
 """
 
 from __future__ import annotations
@@ -496,7 +507,7 @@ class GcpBillingConnector:
         return c.timeout_s + backoffs
 
     def close(self) -> None:
-        """Closes the BigQuery client this connector built (files are read whole and closed)."""
+        """Closes the BigQuery client this connector built (files are closed after each read)."""
         if self._own_client and self._client is not None:
             self._client.close()
             self._client = None
