@@ -122,16 +122,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import gzip
 import json
 import re
 import tempfile
-import zipfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -159,6 +156,7 @@ from connectors.billing_io import (
     LINE,
     Checks,
     csv_chunks,
+    open_stream,
     parquet_chunks,
     require_columns,
 )
@@ -420,51 +418,7 @@ class _S3Store:
         return name if name in keys else None
 
 
-_ZIP_MAGIC, _GZIP_MAGIC, _PARQUET_MAGIC = b"PK\x03\x04", b"\x1f\x8b", b"PAR1"
-_STREAM_ERRORS = (EOFError, OSError, zlib.error, zipfile.BadZipFile)
-
-
-def _stream_error(label: str, exc: BaseException, layers: list[str]) -> BillingFileError:
-    if isinstance(exc, zipfile.BadZipFile) or layers[-1:] == ["zip"]:
-        return BillingFileError(label, f"truncated or corrupt ZIP archive ({exc})")
-    if layers:
-        return BillingFileError(label, f"truncated or corrupt gzip stream ({exc})")
-    return BillingFileError(label, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
-
-
-@contextlib.contextmanager
-def _stream(path: Path, label: str) -> Iterator[tuple[Callable[[int], bytes], bool]]:
-    """The report's content as a stream — ``(read(n), compressed)`` — with legacy CUR's ZIP (one
-    member) and gzip undone by their magic bytes, whatever the name (a ZIP member may itself be
-    gzip). Decompression errors become the file's :class:`BillingFileError`."""
-    layers: list[str] = []
-    with contextlib.ExitStack() as stack:
-        try:
-            stream: IO[bytes] = stack.enter_context(path.open("rb"))
-            head = stream.read(4)
-            stream.seek(0)
-            if head == _ZIP_MAGIC:
-                layers.append("zip")
-                archive = stack.enter_context(zipfile.ZipFile(stream))
-                members = [m for m in archive.namelist() if not m.endswith("/")]
-                if len(members) != 1:
-                    raise BillingFileError(label, f"a ZIP report holds one file, this one {len(members)}")
-                with archive.open(members[0]) as probe:
-                    head = probe.read(4)
-                stream = stack.enter_context(archive.open(members[0]))
-            if head[:2] == _GZIP_MAGIC:
-                layers.append("gzip")
-                stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
-        except _STREAM_ERRORS as exc:
-            raise _stream_error(label, exc, layers) from None
-
-        def read(size: int) -> bytes:
-            try:
-                return stream.read(size)
-            except _STREAM_ERRORS as exc:
-                raise _stream_error(label, exc, layers) from None
-
-        yield read, bool(layers)
+_PARQUET_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,14 +582,14 @@ class AwsCurConnector:
     ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
         """The file as text frames of about ``chunk_rows`` records, one in memory at a time."""
         rows = self.config.chunk_rows
-        with _stream(path, label) as (read, compressed):
+        with open_stream(path, label) as (read, compressed):
             if compressed:
                 # A truncated gzip (or a ZIP member failing its CRC) shows only at its end: the
                 # stream is checked whole first (decompressed and dropped), so a broken file fails
                 # before its first batch and is never half imported.
                 while read(BLOCK_BYTES):
                     pass
-        with _stream(path, label) as (read, compressed):
+        with open_stream(path, label) as (read, compressed):
             head = read(4)
             if head == _PARQUET_MAGIC:
                 if compressed:  # Parquet needs a seekable file: the decompressed copy

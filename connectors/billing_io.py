@@ -19,15 +19,18 @@ Money is parsed from text straight to ``Decimal(38, 9)`` (Polars rounds half to 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
 import io
 import json
 import re
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import polars as pl
 
@@ -466,3 +469,54 @@ def parquet_chunks(path: str | Path, file: str, rows: int) -> Iterator[pl.DataFr
             .with_row_index(LINE, offset=1)
             .with_columns(pl.col(LINE).cast(pl.Int64))
         )
+
+
+# --- opening export files ----------------------------------------------------------------------
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_STREAM_ERRORS = (EOFError, OSError, zlib.error, zipfile.BadZipFile)
+
+
+def _stream_error(label: str, exc: BaseException, layers: list[str]) -> BillingFileError:
+    if isinstance(exc, zipfile.BadZipFile) or layers[-1:] == ["zip"]:
+        return BillingFileError(label, f"truncated or corrupt ZIP archive ({exc})")
+    if layers:
+        return BillingFileError(label, f"truncated or corrupt gzip stream ({exc})")
+    return BillingFileError(label, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+
+
+@contextlib.contextmanager
+def open_stream(path: Path, label: str) -> Iterator[tuple[Callable[[int], bytes], bool]]:
+    """An export file's content as a stream — ``(read(n), compressed)`` — with a ZIP of one member
+    (legacy CUR) and gzip undone by their magic bytes, whatever the name (a ZIP member may itself
+    be gzip). Read and decompression errors become the file's :class:`BillingFileError`. A
+    truncated gzip or a ZIP member failing its CRC shows only at the end of the stream: parsers
+    read a compressed file through once first (and drop it), so it fails before its first batch."""
+    layers: list[str] = []
+    with contextlib.ExitStack() as stack:
+        try:
+            stream: IO[bytes] = stack.enter_context(path.open("rb"))
+            head = stream.read(4)
+            stream.seek(0)
+            if head == _ZIP_MAGIC:
+                layers.append("zip")
+                archive = stack.enter_context(zipfile.ZipFile(stream))
+                members = [m for m in archive.namelist() if not m.endswith("/")]
+                if len(members) != 1:
+                    raise BillingFileError(label, f"a ZIP export holds one file, this one {len(members)}")
+                with archive.open(members[0]) as probe:
+                    head = probe.read(4)
+                stream = stack.enter_context(archive.open(members[0]))
+            if head[:2] == _GZIP_MAGIC:
+                layers.append("gzip")
+                stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+        except _STREAM_ERRORS as exc:
+            raise _stream_error(label, exc, layers) from None
+
+        def read(size: int) -> bytes:
+            try:
+                return stream.read(size)
+            except _STREAM_ERRORS as exc:
+                raise _stream_error(label, exc, layers) from None
+
+        yield read, bool(layers)

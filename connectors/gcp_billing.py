@@ -57,15 +57,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import gzip
 import hashlib
 import json
 import re
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field, model_validator
@@ -91,6 +89,7 @@ from connectors.billing_io import (
     json_text,
     line_keys,
     ndjson_records,
+    open_stream,
     parquet_chunks,
     refuse_duplicates,
     require_columns,
@@ -320,7 +319,7 @@ class GcpBillingConnector:
         rows = self.config.chunk_rows
         kind = file_kind(file, _SUFFIXES)
         with contextlib.ExitStack() as stack:
-            read, compressed = stack.enter_context(_stream(path, file))
+            read, compressed = stack.enter_context(open_stream(path, file))
             if kind == "parquet":
                 if compressed:  # Parquet needs a seekable file: the decompressed copy
                     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-gcp-")))
@@ -520,7 +519,6 @@ def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
 
 # --- streaming the exported files ------------------------------------------------------------
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _REQUIRED_TOP = [_NESTED[c][0] for c in REQUIRED]
 Chunk = tuple[pl.DataFrame, list[RefusedRow], int]  # good rows, refused rows, records read
 
@@ -549,33 +547,6 @@ class _FileStream:
             except BillingFileError:
                 self._current = None
                 raise
-
-
-@contextlib.contextmanager
-def _stream(path: Path, file: str) -> Iterator[tuple[Callable[[int], bytes], bool]]:
-    """The file's content as a stream — ``(read(n), compressed)`` — gzip undone by its magic bytes,
-    whatever the name; read and decompression errors become the file's :class:`BillingFileError`."""
-    with contextlib.ExitStack() as stack:
-        try:
-            stream: IO[bytes] = stack.enter_context(path.open("rb"))
-            compressed = stream.read(2) == _GZIP_MAGIC
-            stream.seek(0)
-            if compressed:
-                stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
-        except OSError as exc:
-            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
-
-        def read(size: int) -> bytes:
-            try:
-                return stream.read(size)
-            except (EOFError, OSError, zlib.error) as exc:
-                if compressed:
-                    raise BillingFileError(file, f"truncated or corrupt gzip stream ({exc})") from None
-                raise BillingFileError(
-                    file, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
-                ) from None
-
-        yield read, compressed
 
 
 def _line_blocks(read: Callable[[int], bytes], rows: int, block: int) -> Iterator[tuple[bytes, int]]:
