@@ -130,15 +130,13 @@ missing container → :class:`ConfigurationError`; 5xx and timeouts (Storage thr
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import json
 import re
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 import polars as pl
@@ -166,6 +164,7 @@ from connectors.billing_io import (
     in_window,
     json_text,
     line_keys,
+    open_stream,
     refuse_duplicates,
     rename_variants,
     require_columns,
@@ -220,7 +219,6 @@ _PRICING = {
     "spot": PricingModel.SPOT.value,
 }
 _UNUSED = ("unusedreservation", "unusedsavingsplan")
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 SOURCE = "azure_cost"
@@ -370,21 +368,14 @@ class AzureCostConnector:
         self, path: Path, label: str, item: _Planned, start: dt.datetime, end: dt.datetime
     ) -> Iterator[BillingBatch]:
         """The batches of one file (``path``: local, or a blob's temporary copy)."""
-        gzipped = _check_gzip(path, label)
-        try:
-            with path.open("rb") as raw:
-                stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-                with stream:
-
-                    def read(size: int) -> bytes:
-                        try:
-                            return stream.read(size)
-                        except _STREAM_ERRORS as exc:
-                            raise _stream_error(label, exc, gzipped) from None
-
-                    yield from self._batches(read, label, item, start, end)
-        except OSError as exc:
-            raise BillingFileError(label, f"cannot read: {exc.strerror or exc}") from None
+        with open_stream(path, label) as (read, compressed):
+            if compressed:
+                # A truncated or corrupt gzip shows only at its end: checked whole first (and
+                # dropped), so a broken file fails before its first batch.
+                while read(BLOCK_BYTES):
+                    pass
+        with open_stream(path, label) as (read, _compressed):
+            yield from self._batches(read, label, item, start, end)
 
     def _batches(
         self,
@@ -741,34 +732,6 @@ def _same_period(
             line=row[LINE],
             column="BillingPeriodStartDate",
         )
-
-
-_STREAM_ERRORS = (EOFError, OSError, zlib.error)
-
-
-def _stream_error(label: str, exc: BaseException, gzipped: bool) -> BillingFileError:
-    if gzipped:
-        return BillingFileError(label, f"truncated or corrupt gzip stream ({exc})")
-    return BillingFileError(label, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
-
-
-def _check_gzip(path: Path, label: str) -> bool:
-    """Whether the file is gzip (by its magic bytes, whatever its name). A gzip stream is
-    decompressed once to its end and dropped first: a truncated or corrupt one (CRC, missing
-    end-of-stream) shows only there, and must fail before the file's first batch."""
-    gzipped = False
-    try:
-        with path.open("rb") as raw:
-            if raw.read(2) != _GZIP_MAGIC:
-                return False
-            gzipped = True
-            raw.seek(0)
-            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                while stream.read(BLOCK_BYTES):
-                    pass
-    except _STREAM_ERRORS as exc:
-        raise _stream_error(label, exc, gzipped) from None
-    return True
 
 
 class _RawLines:
