@@ -68,7 +68,6 @@ def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_unknown_connector_lists_configured(tmp_path: Path) -> None:
-    pytest.importorskip("connectors.synthetic", reason="connectors.synthetic not written yet")
     path = tmp_path / "c.toml"
     path.write_text('[[connectors]]\nname = "demo"\ntype = "synthetic"\n')
     code, _, err = run(
@@ -78,7 +77,6 @@ def test_unknown_connector_lists_configured(tmp_path: Path) -> None:
 
 
 def test_connectors_lists_configured_with_status(tmp_path: Path) -> None:
-    pytest.importorskip("connectors.synthetic", reason="connectors.synthetic not written yet")
     path = tmp_path / "c.toml"
     path.write_text('[[connectors]]\nname = "demo"\ntype = "synthetic"\nenabled = false\n')
     code, out, _ = run("connectors", "--config", str(path))
@@ -91,8 +89,6 @@ def test_connectors_none_configured() -> None:
 
 
 def test_ingest_synthetic_window(tmp_path: Path) -> None:
-    pytest.importorskip("connectors.synthetic", reason="connectors.synthetic not written yet")
-    pytest.importorskip("service.ledger.ingest", reason="service.ledger.ingest not written yet")
     path = tmp_path / "c.toml"
     path.write_text('[[connectors]]\nname = "demo"\ntype = "synthetic"\n')
     code, out, err = run(

@@ -39,10 +39,6 @@ from service.db import make_engine
 from service.settings import load_settings
 from service.timeutil import floor_hour
 
-pytest.importorskip("boto3")
-pytest.importorskip("google.cloud.monitoring_v3")
-pytest.importorskip("azure.monitor.query")
-
 NOW = dt.datetime.now(dt.UTC)
 H = floor_hour(NOW) - dt.timedelta(hours=3)  # recent: CloudWatch keeps 1-minute data 15 days
 MINUTES = [H + dt.timedelta(minutes=m) for m in range(60)]

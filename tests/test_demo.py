@@ -6,7 +6,6 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine
 from sqlmodel import select
 
@@ -16,7 +15,6 @@ from service.demo import load_demo, with_demo
 from service.models import ConnectorState, GpuRate
 from service.settings import Settings
 
-pytest.importorskip("connectors.synthetic", reason="connectors.synthetic not written yet")
 UTC = dt.UTC
 
 

@@ -179,6 +179,5 @@ def test_mask_url() -> None:
 
 
 def test_api_settings() -> None:
-    pytest.importorskip("service.api.context", reason="service.api.context not written yet")
     api = Settings(max_window_days=9).api_settings()
     assert (api.max_window_days, api.page_size_max, api.idle_threshold_pct) == (9, 500, 5.0)
