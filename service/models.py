@@ -253,6 +253,8 @@ class BillingFile(SQLModel, table=True):
     rows_refused: int
     rows_skipped: int
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # what an operator should know though the file imported (e.g. currencies without an FX rate)
+    notice: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     imported_at: dt.datetime = Field(**_utc())
 
 
@@ -281,6 +283,8 @@ class ConnectorState(SQLModel, table=True):
     last_run_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
     last_success_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
     last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # the last run's warnings that did not fail it (e.g. currencies without an FX rate)
+    notice: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class ConnectorRun(SQLModel, table=True):
@@ -330,6 +334,9 @@ class PushedBatch(SQLModel, table=True):
     agent: str = Field(max_length=100, description="the `agent` connector (token) it was pushed to")
     received_at: dt.datetime = Field(**_utc())
     samples: int = Field(default=0, description="rows in pushed_sample")
+    content_sha256: str | None = Field(
+        default=None, max_length=64, description="hash of the batch's body: a replay must match it"
+    )
     first_ts_ms: int | None = Field(default=None, sa_type=BigInteger)
     last_ts_ms: int | None = Field(default=None, sa_type=BigInteger)
 
@@ -374,3 +381,21 @@ class PushedWorkload(SQLModel, table=True):
     namespace: str | None = Field(default=None, max_length=200)
     workload: str | None = Field(default=None, max_length=300)
     updated_at: dt.datetime = Field(**_utc())
+
+
+# --- access: API tokens (service.auth.tokens) -----------------------------------------------
+
+
+class ApiToken(SQLModel, table=True):
+    """An API token: its secret is shown once at creation and stored only as a SHA-256 hash."""
+
+    __tablename__ = "api_token"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=100, unique=True)
+    secret_sha256: str = Field(max_length=64, unique=True, description="hex SHA-256 of the secret")
+    scopes: str = Field(sa_column=Column(Text, nullable=False), description="space-separated scopes")
+    created_at: dt.datetime = Field(**_utc())
+    expires_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    revoked_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    last_used_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))

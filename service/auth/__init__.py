@@ -1,0 +1,1 @@
+"""Authentication: API tokens, OIDC JWTs, scopes, and the middleware that checks them."""
