@@ -1,8 +1,9 @@
 """Alembic environment for GPU Ledger.
 
-Run programmatically by ``service.db.migrate`` (which hands over an open connection through
-``config.attributes["connection"]``) or by the ``alembic`` CLI / ``scripts/new-migration`` with
-``sqlalchemy.url`` set. Target metadata is ``SQLModel.metadata`` with every model module imported.
+Run programmatically by ``service.db.migrate`` (which hands over a connection inside its one
+transaction through ``config.attributes["connection"]``) or by the ``alembic`` CLI /
+``scripts/new-migration`` with ``sqlalchemy.url`` set. Target metadata is ``SQLModel.metadata``
+with every model module imported.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from service.db import make_engine  # here, not at the top: the CLI path only
+    from service.db import make_engine, migration_connection  # here, not at the top: the CLI path only
 
     engine = make_engine(context.config.get_main_option("sqlalchemy.url") or "")
     try:
-        with engine.begin() as connection:
+        # One real transaction on SQLite too (pysqlite would commit each DDL statement alone).
+        with migration_connection(engine) as connection:
             _configure(connection)
             with context.begin_transaction():
                 context.run_migrations()
