@@ -10,6 +10,13 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     log_level = "INFO"
     log_format = "console"         # or "json"
 
+    [auth]                         # service.auth.config.AuthSettings (GPU_LEDGER_AUTH__<KEY>)
+    anonymous_read = false         # true: callers without a token read everything (and /metrics)
+    oidc_issuer = "https://idp.example.com"  # SSO: accept its JWTs (then oidc_audience and
+    oidc_audience = "gpu-ledger"   #   oidc_jwks_url are needed too); oidc_algorithms (RS256,
+    oidc_jwks_url = "https://idp.example.com/jwks"  # ES256), oidc_scope_claim ("groups"),
+    oidc_group_scopes = { "finops" = ["read"], "team-ml" = ["read:team:ml"] }  # claim → scopes
+
     [[connectors]]                 # one table per connector instance
     name = "dc1"                   # unique; names the ledger source and the watermark
     type = "prometheus"            # an entry point in gpu_ledger.connectors
@@ -58,11 +65,13 @@ from connectors.registry import (
     validate_config,
     validation_problems,
 )
+from service.auth.config import AuthSettings
 from service.urls import mask_url
 
 ENV_PREFIX = "GPU_LEDGER_"
 CONFIG_ENV = "GPU_LEDGER_CONFIG"
 CONNECTOR_ENV_PREFIX = "GPU_LEDGER_CONNECTORS__"
+AUTH_ENV_PREFIX = "GPU_LEDGER_AUTH__"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -122,6 +131,8 @@ class Settings(BaseSettings):
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    # The [auth] table (service.auth.config.AuthSettings); GPU_LEDGER_AUTH__<KEY> overrides one key.
+    auth: AuthSettings = Field(default_factory=AuthSettings)
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
     connectors: list[ConnectorConfig] = Field(default_factory=list)
     sites: list[Any] = Field(default_factory=list, description="service.pricing.tco.SiteConfig")
@@ -215,7 +226,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     data = _read_toml(path) if path else {}
     where = str(path) if path else "settings"
 
-    unknown = sorted(set(data) - set(SCALARS) - {"connectors", *TABLE_MODELS})
+    unknown = sorted(set(data) - set(SCALARS) - {"connectors", "auth", *TABLE_MODELS})
     if unknown:
         raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
 
@@ -228,6 +239,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["connectors"] = _validate_connectors(where, connectors, registry or default_registry())
     for name in TABLE_MODELS:
         kwargs[name] = _validate_tables(where, name, tables[name])
+    kwargs["auth"] = _auth(where, data.get("auth", {}), env)
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
         return Settings(**kwargs)
@@ -291,6 +303,29 @@ def _validate_tables(where: str, name: str, tables: list[dict[str, Any]]) -> lis
             details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
             raise ConfigError(f"{where}: {_label(name, i, table)}: {details}") from None
     return out
+
+
+def _auth(where: str, table: Any, env: Mapping[str, str]) -> AuthSettings:
+    """The ``[auth]`` table with ``GPU_LEDGER_AUTH__<KEY>`` overrides applied (env wins; values
+    starting with ``[`` or ``{`` are JSON)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'auth' must be a table ([auth])")
+    values = dict(table)
+    for var, raw in env.items():
+        if not var.upper().startswith(AUTH_ENV_PREFIX):
+            continue
+        value: Any = raw
+        if raw.strip().startswith(("[", "{")):
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{var}: value is not valid JSON: {exc}") from None
+        values[var[len(AUTH_ENV_PREFIX) :].lower()] = value
+    try:
+        return AuthSettings.model_validate(values)
+    except ValidationError as exc:
+        details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
+        raise ConfigError(f"{where} (or {AUTH_ENV_PREFIX}* environment): [auth]: {details}") from None
 
 
 def _env_name(name: str) -> str:
