@@ -5,6 +5,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     database_url = "postgresql+psycopg://ledger:secret@db/ledger"   # default sqlite:///gpu-ledger.db
     max_window_days = 400          # largest query window
     page_size_max = 500            # Relay page-size cap
+    max_result_rows = 10000        # rows of an aggregate answer without `first` (RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
     gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
     log_level = "INFO"
@@ -126,6 +127,7 @@ class Settings(BaseSettings):
     database_url: str = Field(default="sqlite:///gpu-ledger.db", repr=False)
     max_window_days: int = Field(default=400, gt=0)
     page_size_max: int = Field(default=500, gt=0)
+    max_result_rows: int = Field(default=10000, gt=0)
     idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
     # What part of a cloud instance's bill is charged to its GPUs (DESIGN §4): 1 = all of it.
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
@@ -199,6 +201,7 @@ class Settings(BaseSettings):
         return ApiSettings(
             max_window_days=self.max_window_days,
             page_size_max=self.page_size_max,
+            max_result_rows=self.max_result_rows,
             idle_threshold_pct=self.idle_threshold_pct,
             gpu_cost_share=self.gpu_cost_share,
         )
@@ -208,6 +211,7 @@ SCALARS = (
     "database_url",
     "max_window_days",
     "page_size_max",
+    "max_result_rows",
     "idle_threshold_pct",
     "gpu_cost_share",
     "log_level",

@@ -17,6 +17,19 @@ Python then works on those few buckets with ``Decimal``:
 Under the SHARE policies a row's ``idle_cost`` is its own idle cost plus its whole share of the
 pool (unallocated time is idle or unattributed capacity); ``shared_idle_cost`` is that share alone.
 GPU-hours are never redistributed: a row's ``gpu_hours`` is the time its own workloads held GPUs.
+
+**Access.** A caller scoped to projects/teams (``q.access``) gets only its own rows. Under
+``SEPARATE`` without conversion SQL reads only those rows (the pool, nobody's project, is not
+shown). Under the SHARE policies, or when converting, the pool and the per-day conversion must be
+the account's: the query then reads every row, grouped additionally by the PROJECT/TEAM the scope
+names, shares and converts as for an unrestricted caller, keeps the rows the scope allows and folds
+the added dimensions away. So a scoped caller's rows are exactly an unrestricted caller's rows for
+its projects when it groups by them, and otherwise its own share of the pool: never another
+project's row or share.
+
+**Paging.** The policy and FX work on the whole answer in Python, so a page is cut after it: each
+page of ``cost`` costs the whole answer's SQL and Python work. Without ``first`` the row cap is
+checked first by counting the answer's groups in SQL (before pools are shared: an upper bound).
 """
 
 from __future__ import annotations
@@ -25,12 +38,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import Connection, case, func
+from sqlalchemy import ColumnElement, Connection, case, func, select
 
-from service.analytics.dims import IdlePolicy
+from service.analytics.access import ALL
+from service.analytics.dims import Dimension, IdlePolicy
 from service.analytics.fx import NO_CURRENCY, FxTable, check_currency
-from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
+from service.analytics.paging import WHOLE, Page
+from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select, key_columns
 from service.analytics.window import hours, money_sum, one_of
 from service.money import allocate, quantize
 
@@ -66,9 +82,21 @@ class CostRow:
     unallocated: bool
 
 
+def _unallocated(src: Any) -> ColumnElement[int]:
+    return case((src.c.workload_key == "", 1), else_=0)
+
+
+def _count_groups(conn: Connection, q: LedgerQuery) -> int:
+    """Rows of the answer before pools are shared (an upper bound of the answer), counted in SQL."""
+    src = q.source()
+    keys = key_columns(src, q, [src.c.currency.label("currency"), _unallocated(src).label("unallocated")])
+    groups = select(*keys).group_by(*keys).subquery("groups")
+    return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
+
+
 def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool) -> list[_Part]:
     src = q.source()
-    unalloc = case((src.c.workload_key == "", 1), else_=0)
+    unalloc = _unallocated(src)
     extra = [src.c.currency.label("currency"), unalloc.label("unallocated")]
     if by_day:
         extra.append(src.c.day_index.label("day"))
@@ -162,24 +190,64 @@ def _share_pools(parts: list[_Part], policy: IdlePolicy) -> list[_Part]:
     return out
 
 
+def _account_wide(q: LedgerQuery) -> LedgerQuery:
+    """``q`` over every row, grouped also by the PROJECT/TEAM its scope names (see the module docstring)."""
+    hidden = [Dimension.PROJECT] if q.access.projects else []
+    hidden += [Dimension.TEAM] if q.access.teams else []
+    return replace(q, group_by=(*q.group_by, *hidden), access=ALL)
+
+
+def _own(parts: list[_Part], q: LedgerQuery) -> list[_Part]:
+    """The parts ``q.access`` allows, the dimensions :func:`_account_wide` added folded away."""
+    kept: dict[tuple[object, ...], _Part] = {}
+    for p in parts:
+        if not q.access.allows(p.key.value(Dimension.PROJECT), p.key.value(Dimension.TEAM)):
+            continue
+        key = GroupKey(p.key.period_start, tuple((d, v) for d, v in p.key.dims if d in q.group_by))
+        k = (key, p.currency, p.unallocated)
+        if k not in kept:
+            kept[k] = replace(p, key=key)
+            continue
+        m = kept[k]
+        m.cost += p.cost
+        m.idle_cost += p.idle_cost
+        m.shared_idle_cost += p.shared_idle_cost
+        m.gpu_hours += p.gpu_hours
+        m.unpriced_gpu_hours += p.unpriced_gpu_hours
+        m.rate_sources |= p.rate_sources
+    return list(kept.values())
+
+
 def _sort_key(p: _Part) -> tuple[object, ...]:
     dims = tuple((v is not None, v or "") for _, v in p.key.dims)
     return (p.key.period_start is not None, p.key.period_start or 0, dims, p.currency, p.unallocated)
 
 
 def cost(
-    conn: Connection, q: LedgerQuery, policy: IdlePolicy = IdlePolicy.SEPARATE, currency: str | None = None
+    conn: Connection,
+    q: LedgerQuery,
+    policy: IdlePolicy = IdlePolicy.SEPARATE,
+    currency: str | None = None,
+    *,
+    page: Page = WHOLE,
 ) -> list[CostRow]:
-    """Cost rows per (period, group, currency); see the module docstring for policy and FX rules."""
+    """Cost rows per (period, group, currency); see the module docstring for policy, FX, access and paging."""
     target = check_currency(conn, currency) if currency is not None else None
-    parts = _sql_parts(conn, q, by_day=target is not None)
+    if page.first is None and page.max_rows is not None:
+        page.refuse_above(_count_groups(conn, q) - page.offset)
+    account_wide = not q.access.everything and (policy is not IdlePolicy.SEPARATE or target is not None)
+    sq = _account_wide(q) if account_wide else q
+    parts = _sql_parts(conn, sq, by_day=target is not None)
     if target is not None:
         days = [p.day for p in parts if p.day is not None]
         parts = _convert(parts, FxTable(conn, target, {p.currency for p in parts}, days))
     parts = _merge(parts)
     if policy is not IdlePolicy.SEPARATE:
         parts = _share_pools(parts, policy)
+    if account_wide:
+        parts = _own(parts, q)
     parts.sort(key=_sort_key)
+    parts = page.slice(parts)
     return [
         CostRow(
             key=p.key,

@@ -1,4 +1,10 @@
-"""Device inventory and connector health, paged by keyset (device_id order)."""
+"""Device inventory and connector health, paged by keyset (device_id order).
+
+A caller scoped to projects/teams sees the devices its projects or teams held: those with a
+``ledger_day`` row (every ledger hour is in its day's rollup) whose project or team it may read,
+at any time. Devices it never held, idle ones included, are not shown. Connector health is
+account-wide (it names billing accounts and sources): it needs ``read``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, select
 
+from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
+from service.analytics.window import DAY_TABLE, access_conditions
 from service.models import ConnectorState, Device
 
 #: DeviceFilter keys → ``device`` columns.
@@ -52,11 +60,12 @@ def devices_page(
     conn: Connection,
     filters: Mapping[str, Sequence[str]],
     *,
+    access: Access,
     first: int,
     after: str | None,
     page_size_max: int,
 ) -> DevicePage:
-    """Up to ``first`` devices after the cursor, ordered by device_id.
+    """Up to ``first`` devices ``access`` may see after the cursor, ordered by device_id.
 
     ``first`` above ``page_size_max`` is an error rather than silently clamped: a client that asked
     for 1,000 and got 500 without being told would under-count.
@@ -67,6 +76,9 @@ def devices_page(
         raise PageSizeTooLarge(f"first={first} is above the page size limit of {page_size_max}")
     table = Device.__table__  # type: ignore[attr-defined]
     terms = [table.c[k].in_(list(v)) for k, v in filters.items() if v]
+    if not access.everything:
+        held = select(DAY_TABLE.c.device_id).where(*access_conditions(DAY_TABLE, access)).distinct()
+        terms.append(table.c.device_id.in_(held))
     total = conn.execute(select(func.count()).select_from(table).where(*terms)).scalar_one()
     stmt = select(table).where(*terms).order_by(table.c.device_id).limit(first + 1)
     if after is not None:
@@ -76,7 +88,8 @@ def devices_page(
     return DevicePage(devices, len(rows) > first, int(total))
 
 
-def connector_states(conn: Connection) -> list[ConnectorState]:
+def connector_states(conn: Connection, access: Access) -> list[ConnectorState]:
+    access.require_everything("connectors")
     table = ConnectorState.__table__  # type: ignore[attr-defined]
     rows = conn.execute(select(table).order_by(table.c.name)).all()
     return [ConnectorState.model_validate(dict(r._mapping)) for r in rows]

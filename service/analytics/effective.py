@@ -9,6 +9,7 @@ from sqlalchemy import Connection, case
 
 from service.analytics.dims import metric_label
 from service.analytics.fx import NO_CURRENCY
+from service.analytics.paging import WHOLE, Page
 from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
 from service.analytics.usage import usage_measures
 from service.analytics.window import money_sum
@@ -41,13 +42,16 @@ class EffectiveCostRow:
         return None if self.currency == NO_CURRENCY else _per(self.cost, self.effective_gpu_hours)
 
 
-def effective_cost(conn: Connection, q: LedgerQuery, metric: str | None = None) -> list[EffectiveCostRow]:
-    """Per (group, currency): GPU-hours, effective GPU-hours, cost (granularity is ignored: TOTAL)."""
+def effective_cost(
+    conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
+) -> list[EffectiveCostRow]:
+    """Per (group, currency) of the rows ``q.access`` may read: GPU-hours, effective GPU-hours, cost
+    (granularity is ignored: TOTAL). Paged in SQL."""
     src = q.source()
     # Unpriced rows (cost NULL) have no currency: they form their own group, never dilute a price.
     currency = case((src.c.cost.is_(None), None), else_=src.c.currency).label("currency")
     measures = [*usage_measures(src, metric), money_sum(src.c.cost).label("cost")]
-    rows = conn.execute(grouped_select(src, q, measures, [currency])).all()
+    rows = page.check(conn.execute(page.apply(grouped_select(src, q, measures, [currency]))).all())
     return [
         EffectiveCostRow(
             key=group_key(q, r),

@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, Connection, case, func, select
 from service.analytics.dims import metric_label
 from service.analytics.errors import UnsupportedThreshold
 from service.analytics.fx import NO_CURRENCY
+from service.analytics.paging import WHOLE, Page
 from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select, key_columns
 from service.analytics.usage import metric_columns
 from service.analytics.window import hours, money_share_sum, money_sum
@@ -123,8 +124,14 @@ def idle_waste(
     threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
     *,
     ledger_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
+    page: Page = WHOLE,
 ) -> list[IdleRow]:
-    """Idle waste per (period, group, currency)."""
+    """Idle waste per (period, group, currency) of the rows ``q.access`` may read.
+
+    A scoped caller's rows hold no unallocated time (nobody's project): the pool is account-wide.
+    Paged in SQL; the streak query still runs over every group of the answer (one more GROUP BY),
+    and only the page's groups are looked up in it.
+    """
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
     additive = buckets is None and metric is None  # idle_s / idle_cost columns: the rollup serves
     src = q.source() if additive else q.source(rollup=False)
@@ -145,7 +152,8 @@ def idle_waste(
         func.min(src.c.default_metric).label("dm_min"),
         func.max(src.c.default_metric).label("dm_max"),
     ]
-    rows = conn.execute(grouped_select(src, q, measures, [src.c.currency.label("currency")])).all()
+    stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")])
+    rows = page.check(conn.execute(page.apply(stmt)).all())
     streaks = _streaks(conn, q, metric, buckets)
     return [
         IdleRow(

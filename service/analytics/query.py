@@ -1,4 +1,5 @@
-"""A grouped ledger query: window × granularity × groupBy × filter, run as one SQL GROUP BY."""
+"""A grouped ledger query: window × granularity × groupBy × filter under an access scope, run as one
+SQL GROUP BY."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Select, Subquery, select
 
+from service.analytics.access import Access
 from service.analytics.dims import NO_FILTER, Dimension, Granularity, LedgerFilter
 from service.analytics.window import Window, ledger_source, period_key, period_start
 
@@ -17,7 +19,11 @@ PERIOD = "period_key"
 
 @dataclass(frozen=True)
 class LedgerQuery:
-    """What to aggregate: ``window`` bucketed by ``granularity``, grouped by ``group_by``."""
+    """What to aggregate: ``window`` bucketed by ``granularity``, grouped by ``group_by``.
+
+    ``access`` (keyword, no default) is whose rows may be read: the source restricts them in SQL, so
+    no query built on a LedgerQuery can forget the caller's scope.
+    """
 
     window: Window
     granularity: Granularity = Granularity.TOTAL
@@ -25,6 +31,7 @@ class LedgerQuery:
     filter: LedgerFilter = field(default=NO_FILTER)
     #: False forces the hourly path (tests prove both paths agree; some measures are not additive).
     rollup: bool = True
+    access: Access = field(kw_only=True)
 
     def __post_init__(self) -> None:
         # A dimension named twice would only duplicate a GROUP BY term.
@@ -32,7 +39,7 @@ class LedgerQuery:
 
     def source(self, *, rollup: bool | None = None) -> Subquery:
         use_rollup = self.rollup if rollup is None else rollup
-        return ledger_source(self.window, self.granularity, self.filter, rollup=use_rollup)
+        return ledger_source(self.window, self.granularity, self.filter, self.access, rollup=use_rollup)
 
 
 @dataclass(frozen=True)

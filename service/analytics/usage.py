@@ -9,6 +9,7 @@ from sqlalchemy import Connection, func
 
 from service.analytics.dims import metric_label
 from service.analytics.errors import InvalidArgument
+from service.analytics.paging import WHOLE, Page
 from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
 from service.analytics.window import hours
 from service.metrics_catalog import UTIL_METRICS
@@ -65,11 +66,13 @@ class UsageRow:
         return pct(self.observed_gpu_hours, self.gpu_hours)
 
 
-def usage(conn: Connection, q: LedgerQuery, metric: str | None = None) -> list[UsageRow]:
-    """Usage per (period, group): one GROUP BY over the ledger source."""
+def usage(
+    conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
+) -> list[UsageRow]:
+    """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL."""
     src = q.source()
     measures = [*usage_measures(src, metric), (func.sum(src.c.energy_j) / J_PER_KWH).label("energy_kwh")]
-    rows = conn.execute(grouped_select(src, q, measures)).all()
+    rows = page.check(conn.execute(page.apply(grouped_select(src, q, measures))).all())
     return [
         UsageRow(
             key=group_key(q, r),

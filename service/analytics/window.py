@@ -21,13 +21,16 @@ from sqlalchemy import (
     Subquery,
     Table,
     cast,
+    false,
     func,
     literal,
+    or_,
     type_coerce,
     union_all,
 )
 from sqlalchemy import select as sa_select
 
+from service.analytics.access import Access
 from service.analytics.dims import Granularity, LedgerFilter
 from service.analytics.errors import InvalidWindow, WindowNotAligned, WindowTooLarge
 from service.models import LedgerDay, LedgerHour
@@ -112,31 +115,50 @@ def filter_conditions(table: Any, flt: LedgerFilter) -> list[ColumnElement[bool]
     return terms
 
 
-def _hour_select(flt: LedgerFilter, lo: int, hi: int) -> Select[Any]:
+def access_conditions(table: Any, access: Access) -> list[ColumnElement[bool]]:
+    """WHERE terms keeping the rows ``access`` may read: project IN … OR team IN … (none if everything).
+
+    Rows nobody held (project and team NULL) match neither list, so a scoped caller never sees the
+    unallocated pool's own rows.
+    """
+    if access.everything:
+        return []
+    terms: list[ColumnElement[bool]] = []
+    if access.projects:
+        terms.append(table.c.project.in_(sorted(access.projects)))
+    if access.teams:
+        terms.append(table.c.team.in_(sorted(access.teams)))
+    return [or_(*terms)] if terms else [false()]
+
+
+def _hour_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[Any]:
     t = HOUR_TABLE
     cols = [t.c[name] for name in SHARED_COLUMNS] + [t.c.hour_index]
-    return sa_select(*cols).where(t.c.hour_index >= lo, t.c.hour_index < hi, *filter_conditions(t, flt))
+    terms = [*filter_conditions(t, flt), *access_conditions(t, access)]
+    return sa_select(*cols).where(t.c.hour_index >= lo, t.c.hour_index < hi, *terms)
 
 
-def _day_select(flt: LedgerFilter, lo: int, hi: int) -> Select[Any]:
+def _day_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[Any]:
     t = DAY_TABLE
     cols = [t.c[name] for name in SHARED_COLUMNS] + [cast(literal(None), Integer).label("hour_index")]
-    return sa_select(*cols).where(t.c.day_index >= lo, t.c.day_index < hi, *filter_conditions(t, flt))
+    terms = [*filter_conditions(t, flt), *access_conditions(t, access)]
+    return sa_select(*cols).where(t.c.day_index >= lo, t.c.day_index < hi, *terms)
 
 
 def ledger_source(
-    window: Window, granularity: Granularity, flt: LedgerFilter, *, rollup: bool = True
+    window: Window, granularity: Granularity, flt: LedgerFilter, access: Access, *, rollup: bool = True
 ) -> Subquery:
-    """The ledger rows of ``window`` matching ``flt``, from the daily rollup where it can serve."""
+    """The ledger rows of ``window`` matching ``flt`` that ``access`` may read, from the daily rollup
+    where it can serve. ``access`` has no default: every reader of the ledger states whose rows."""
     days = window.whole_days if rollup and granularity is not Granularity.HOUR else None
     if days is None:
-        return _hour_select(flt, window.start_hour, window.end_hour).subquery("src")
+        return _hour_select(flt, access, window.start_hour, window.end_hour).subquery("src")
     first, last = days
-    parts: list[Select[Any]] = [_day_select(flt, first, last)]
+    parts: list[Select[Any]] = [_day_select(flt, access, first, last)]
     if window.start_hour < first * HOURS_PER_DAY:
-        parts.append(_hour_select(flt, window.start_hour, first * HOURS_PER_DAY))
+        parts.append(_hour_select(flt, access, window.start_hour, first * HOURS_PER_DAY))
     if last * HOURS_PER_DAY < window.end_hour:
-        parts.append(_hour_select(flt, last * HOURS_PER_DAY, window.end_hour))
+        parts.append(_hour_select(flt, access, last * HOURS_PER_DAY, window.end_hour))
     return union_all(*parts).subquery("src")
 
 

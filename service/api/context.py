@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
+from service.analytics.access import Access
+from service.auth.principal import principal_of
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
 
 T = TypeVar("T")
@@ -20,7 +22,8 @@ class ApiSettings:
     """Limits of the API.
 
     ``max_window_days``: longest analytic window (``WINDOW_TOO_LARGE`` above it).
-    ``page_size_max``: largest ``first`` of a connection (``PAGE_SIZE_TOO_LARGE`` above it).
+    ``page_size_max``: largest ``first`` of a connection or aggregate (``PAGE_SIZE_TOO_LARGE`` above it).
+    ``max_result_rows``: most rows of an aggregate answer without ``first`` (``RESULT_TOO_LARGE``).
     ``idle_threshold_pct``: the threshold the ledger's ``idle_s`` columns were built with (ingest's
     ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
     ``gpu_cost_share``: the part of an instance's bill charged to its GPUs (reconciliation's billed cost).
@@ -28,6 +31,7 @@ class ApiSettings:
 
     max_window_days: int = 400
     page_size_max: int = 500
+    max_result_rows: int = 10000
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
     gpu_cost_share: Decimal = Decimal(1)
 
@@ -39,6 +43,13 @@ class ApiContext:
     engine: Engine
     settings: ApiSettings
     request: Any = field(default=None, repr=False)
+
+    @property
+    def access(self) -> Access:
+        """The rows the caller may read: its principal's scopes (the auth middleware put it in the
+        ASGI scope; none there = anonymous = nothing). Every analytic query is run under it."""
+        scope = getattr(self.request, "scope", None) or {}
+        return principal_of(scope).access
 
     async def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` on a connection in Starlette's threadpool.

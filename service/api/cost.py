@@ -13,7 +13,9 @@ from service.analytics import dims
 from service.analytics import effective as effective_q
 from service.api.context import ApiContext
 from service.api.types import (
+    AFTER,
     FILTER,
+    FIRST,
     GRANULARITY,
     GROUP_BY,
     METRIC,
@@ -24,6 +26,7 @@ from service.api.types import (
     LedgerBucket,
     Money,
     TimeWindow,
+    aggregate_page,
     bucket_fields,
     gql_float,
     ledger_query,
@@ -71,9 +74,9 @@ class CostRow(LedgerBucket):
     unallocated: bool = strawberry.field(description="True for the unallocated pool's own row(s).")
 
     @classmethod
-    def of(cls, r: cost_q.CostRow) -> CostRow:
+    def of(cls, r: cost_q.CostRow, cursor: str) -> CostRow:
         return cls(
-            **bucket_fields(r.key),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
             cost=Money.of(r.cost, r.currency),
             idle_cost=Money.of(r.idle_cost, r.currency),
             shared_idle_cost=Money.of(r.shared_idle_cost, r.currency),
@@ -98,9 +101,9 @@ class EffectiveCostRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: effective_q.EffectiveCostRow) -> EffectiveCostRow:
+    def of(cls, r: effective_q.EffectiveCostRow, cursor: str) -> EffectiveCostRow:
         return cls(
-            **bucket_fields(r.key),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
             gpu_hours=gql_float(r.gpu_hours),  # type: ignore[arg-type]
             effective_gpu_hours=gql_float(r.effective_gpu_hours),  # type: ignore[arg-type]
             cost=Money.of(r.cost, r.currency),
@@ -130,12 +133,15 @@ class CostQuery:
                 "(MISSING_FX_RATE names a missing pair and day; UNKNOWN_CURRENCY for unknown codes)."
             ),
         ] = None,
+        first: FIRST = None,
+        after: AFTER = None,
     ) -> list[CostRow]:
         ctx = info.context
-        q = ledger_query(ctx.settings, window, granularity, group_by, filter)
+        q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
+        page = aggregate_page(ctx.settings, "cost", first, after)
         policy = dims.IdlePolicy[idle_policy.value]
-        rows = await ctx.read(lambda conn: cost_q.cost(conn, q, policy, currency))
-        return [CostRow.of(r) for r in rows]
+        rows = await ctx.read(lambda conn: cost_q.cost(conn, q, policy, currency, page=page))
+        return [CostRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
 
     @strawberry.field(
         description="Cost per GPU-hour and per effective GPU-hour over the window, split per currency."
@@ -150,8 +156,11 @@ class CostQuery:
         ),
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
+        first: FIRST = None,
+        after: AFTER = None,
     ) -> list[EffectiveCostRow]:
         ctx = info.context
-        q = ledger_query(ctx.settings, window, Granularity.TOTAL, group_by, filter)
-        rows = await ctx.read(lambda conn: effective_q.effective_cost(conn, q, metric_key(metric)))
-        return [EffectiveCostRow.of(r) for r in rows]
+        q = ledger_query(ctx.settings, window, Granularity.TOTAL, group_by, filter, access=ctx.access)
+        page = aggregate_page(ctx.settings, "effectiveCost", first, after)
+        rows = await ctx.read(lambda conn: effective_q.effective_cost(conn, q, metric_key(metric), page=page))
+        return [EffectiveCostRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]

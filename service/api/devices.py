@@ -100,7 +100,8 @@ class Connector:
 class DeviceQuery:
     @strawberry.field(
         description="Devices ordered by deviceId, a page at a time. `first` above the server's page "
-        "size limit (default 500) is the error PAGE_SIZE_TOO_LARGE, never silently clamped."
+        "size limit (default 500) is the error PAGE_SIZE_TOO_LARGE, never silently clamped. A caller "
+        "scoped to projects or teams sees the devices they held in the ledger."
     )
     async def devices(
         self,
@@ -115,7 +116,12 @@ class DeviceQuery:
         filters = {k: v for k, v in vars(filter).items() if v} if filter is not None else {}
         page = await ctx.read(
             lambda conn: analytics.devices_page(
-                conn, filters, first=first, after=after, page_size_max=ctx.settings.page_size_max
+                conn,
+                filters,
+                access=ctx.access,
+                first=first,
+                after=after,
+                page_size_max=ctx.settings.page_size_max,
             )
         )
         edges = [
@@ -132,7 +138,11 @@ class DeviceQuery:
             total_count=page.total_count,
         )
 
-    @strawberry.field(description="Every configured connector's status, watermark and last error.")
+    @strawberry.field(
+        description="Every configured connector's status, watermark and last error (account-wide: "
+        "needs the `read` scope, else FORBIDDEN)."
+    )
     async def connectors(self, info: Info[ApiContext, None]) -> list[Connector]:
-        states = await info.context.read(analytics.connector_states)
+        access = info.context.access
+        states = await info.context.read(lambda conn: analytics.connector_states(conn, access))
         return [Connector.of(s) for s in states]

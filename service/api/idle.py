@@ -10,7 +10,9 @@ from strawberry.types import Info
 from service.analytics import idle as analytics
 from service.api.context import ApiContext
 from service.api.types import (
+    AFTER,
     FILTER,
+    FIRST,
     GRANULARITY,
     GROUP_BY,
     METRIC,
@@ -21,6 +23,7 @@ from service.api.types import (
     LedgerBucket,
     Money,
     TimeWindow,
+    aggregate_page,
     bucket_fields,
     gql_float,
     ledger_query,
@@ -50,9 +53,9 @@ class IdleWasteRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: analytics.IdleRow, threshold_pct: float) -> IdleWasteRow:
+    def of(cls, r: analytics.IdleRow, threshold_pct: float, cursor: str) -> IdleWasteRow:
         return cls(
-            **bucket_fields(r.key),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
             idle_gpu_hours=gql_float(r.idle_gpu_hours),  # type: ignore[arg-type]
             idle_cost=Money.of(r.idle_cost, r.currency),
             allocated_idle_gpu_hours=gql_float(r.allocated_idle_gpu_hours),  # type: ignore[arg-type]
@@ -85,13 +88,17 @@ class IdleQuery:
                 "per ledger hour, rounded half-even to 1e-9 after summing."
             ),
         ] = 5.0,
+        first: FIRST = None,
+        after: AFTER = None,
     ) -> list[IdleWasteRow]:
         ctx = info.context
-        q = ledger_query(ctx.settings, window, granularity, group_by, filter)
+        q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
+        page = aggregate_page(ctx.settings, "idleWaste", first, after)
         ledger_pct = ctx.settings.idle_threshold_pct
         rows = await ctx.read(
             lambda conn: analytics.idle_waste(
-                conn, q, metric_key(metric), threshold_pct, ledger_threshold_pct=ledger_pct
+                conn, q, metric_key(metric), threshold_pct, ledger_threshold_pct=ledger_pct, page=page
             )
         )
-        return [IdleWasteRow.of(r, threshold_pct) for r in rows]
+        cursors = page.cursors(len(rows))
+        return [IdleWasteRow.of(r, threshold_pct, c) for r, c in zip(rows, cursors, strict=True)]

@@ -3,22 +3,19 @@ normalized bill) and ``rates`` (the per-GPU-hour prices the ledger applies)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any
 
 import strawberry
-from sqlalchemy import Connection, func, or_, select
 from strawberry.types import Info
 
-from service.analytics.errors import InvalidArgument, PageSizeTooLarge
 from service.analytics.window import check_window
 from service.api.context import ApiContext
 from service.api.devices import PageInfo
-from service.api.types import WINDOW, Money, TimeWindow, gql_float
+from service.api.types import AFTER, CURSOR, FIRST, WINDOW, Money, TimeWindow, aggregate_page, gql_float
+from service.billing import queries as billing_q
 from service.billing import reconcile as recon
 from service.models import BillingLine as BillingLineModel
 from service.models import GpuRate as GpuRateModel
@@ -77,11 +74,13 @@ class ReconciliationRow:
     cost_variance_pct: float | None = strawberry.field(description="Cost variance in % of billed cost.")
     billing_lines: int = strawberry.field(description="Billing lines counted.")
     status: ReconciliationStatus = strawberry.field(description="How billed and metered compare.")
+    cursor: str = strawberry.field(description=CURSOR)
 
     @classmethod
-    def of(cls, r: recon.ReconRow) -> ReconciliationRow:
+    def of(cls, r: recon.ReconRow, cursor: str) -> ReconciliationRow:
         pct = r.cost_variance_pct
         return cls(
+            cursor=cursor,
             provider=r.provider,
             account=r.account,
             resource=r.resource,
@@ -201,70 +200,12 @@ class RateFilter:
     gpu_model: list[str] | None = strawberry.field(default=None, description="GPU models")
 
 
-def _encode(line_id: int) -> str:
-    return base64.urlsafe_b64encode(f"billing_line:{line_id}".encode()).decode()
-
-
-def _decode(cursor: str) -> int:
-    try:
-        text = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True).decode()
-        kind, _, number = text.partition(":")
-        line_id = int(number) if kind == "billing_line" else -1
-    except (binascii.Error, UnicodeError, ValueError):
-        line_id = -1
-    if line_id < 0 or _encode(line_id) != cursor:
-        raise InvalidArgument(f"cursor {cursor!r} is not one this API handed out")
-    return line_id
-
-
-def _lines_page(
-    conn: Connection, flt: BillingLineFilter | None, first: int, after: str | None, ctx: ApiContext
-) -> tuple[list[BillingLineModel], bool, int]:
-    if first < 0:
-        raise InvalidArgument(f"first must not be negative (got {first})")
-    if first > ctx.settings.page_size_max:
-        raise PageSizeTooLarge(f"first={first} is above the page size limit of {ctx.settings.page_size_max}")
-    t = BillingLineModel.__table__  # type: ignore[attr-defined]
-    terms: list[Any] = []
-    if flt is not None:
-        if flt.window is not None:
-            w = check_window(flt.window.start, flt.window.end, max_days=ctx.settings.max_window_days)
-            terms += [t.c.charge_start < w.end, t.c.charge_end > w.start]
-        by_column = (
-            (flt.provider, t.c.provider),
-            (flt.account, t.c.account),
-            (flt.resource, t.c.resource_id),
-            (flt.charge_category, t.c.charge_category),
-        )
-        for values, col in by_column:
-            if values:
-                terms.append(col.in_(values))
-    total = conn.execute(select(func.count()).select_from(t).where(*terms)).scalar_one()
-    # Keyset on id: ids grow with import order; ordering by id alone keeps the cursor one integer.
-    stmt = select(t).where(*terms).order_by(t.c.id).limit(first + 1)
-    if after is not None:
-        stmt = stmt.where(t.c.id > _decode(after))
-    rows = conn.execute(stmt).mappings().all()
-    lines = [BillingLineModel.model_validate(dict(r)) for r in rows[:first]]
-    return lines, len(rows) > first, int(total)
-
-
-def _rates(conn: Connection, window: Any, flt: RateFilter | None) -> list[GpuRateModel]:
-    t = GpuRateModel.__table__  # type: ignore[attr-defined]
-    terms: list[Any] = [t.c.valid_from < window.end, or_(t.c.valid_to.is_(None), t.c.valid_to > window.start)]
-    if flt is not None:
-        for name in ("source_kind", "environment", "instance_id", "instance_type", "gpu_model"):
-            if getattr(flt, name):
-                terms.append(t.c[name].in_(getattr(flt, name)))
-    stmt = select(t).where(*terms).order_by(t.c.environment, t.c.instance_id, t.c.valid_from, t.c.id)
-    return [GpuRateModel.model_validate(dict(r)) for r in conn.execute(stmt).mappings()]
-
-
 @strawberry.type
 class ReconciliationQuery:
     @strawberry.field(
         description="Billed vs metered GPU-hours and bill vs ledger cost per provider, account, resource "
-        "and day (groupBy picks which), with a status per row (DESIGN §5)."
+        "and day (groupBy picks which), with a status per row (DESIGN §5). Account-wide: needs the "
+        "`read` scope, else FORBIDDEN."
     )
     async def reconciliation(
         self,
@@ -285,19 +226,26 @@ class ReconciliationQuery:
         tolerance_pct: Annotated[
             float, strawberry.argument(description="MATCHED when |metered − billed| ≤ this % of billed.")
         ] = 5.0,
+        first: FIRST = None,
+        after: AFTER = None,
     ) -> list[ReconciliationRow]:
         ctx = info.context
         w = check_window(window.start, window.end, max_days=ctx.settings.max_window_days)
         keys = tuple(recon.Key[d.value] for d in group_by)
         filters = {k: v for k, v in vars(filter).items() if v} if filter is not None else {}
         tol = Decimal(repr(tolerance_pct))
-        share = ctx.settings.gpu_cost_share
-        rows = await ctx.read(lambda conn: recon.reconcile(conn, w, keys, filters, tol, gpu_cost_share=share))
-        return [ReconciliationRow.of(r) for r in rows]
+        share, access = ctx.settings.gpu_cost_share, ctx.access
+        page = aggregate_page(ctx.settings, "reconciliation", first, after)
+        rows = await ctx.read(
+            lambda conn: recon.reconcile(
+                conn, w, keys, filters, tol, gpu_cost_share=share, access=access, page=page
+            )
+        )
+        return [ReconciliationRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
 
     @strawberry.field(
         description="Normalized billing lines, a page at a time (ordered by import). `first` above the "
-        "page size limit is the error PAGE_SIZE_TOO_LARGE."
+        "page size limit is the error PAGE_SIZE_TOO_LARGE. Account-wide: needs `read`, else FORBIDDEN."
     )
     async def billing_lines(
         self,
@@ -311,20 +259,39 @@ class ReconciliationQuery:
         ] = None,
     ) -> BillingLineConnection:
         ctx = info.context
-        lines, has_next, total = await ctx.read(lambda conn: _lines_page(conn, filter, first, after, ctx))
-        edges = [BillingLineEdge(cursor=_encode(b.id), node=BillingLine.of(b)) for b in lines]  # type: ignore[arg-type]
+        w = None
+        filters: dict[str, Any] = {}
+        if filter is not None:
+            if filter.window is not None:
+                w = check_window(
+                    filter.window.start, filter.window.end, max_days=ctx.settings.max_window_days
+                )
+            filters = {k: getattr(filter, k) for k in billing_q.LINE_FILTER_COLUMNS if getattr(filter, k)}
+        access, size_max = ctx.access, ctx.settings.page_size_max
+        page = await ctx.read(
+            lambda conn: billing_q.billing_lines_page(
+                conn, w, filters, access=access, first=first, after=after, page_size_max=size_max
+            )
+        )
+        edges = [
+            BillingLineEdge(cursor=billing_q.encode_line_cursor(b.id), node=BillingLine.of(b))  # type: ignore[arg-type]
+            for b in page.lines
+        ]
         return BillingLineConnection(
             edges=edges,
             page_info=PageInfo(
-                has_next_page=has_next,
+                has_next_page=page.has_next_page,
                 has_previous_page=after is not None,
                 start_cursor=edges[0].cursor if edges else None,
                 end_cursor=edges[-1].cursor if edges else None,
             ),
-            total_count=total,
+            total_count=page.total_count,
         )
 
-    @strawberry.field(description="Per-GPU-hour rates (billing-derived and rate cards) valid in the window.")
+    @strawberry.field(
+        description="Per-GPU-hour rates (billing-derived and rate cards) valid in the window. "
+        "Account-wide: needs `read`, else FORBIDDEN."
+    )
     async def rates(
         self,
         info: Info[ApiContext, None],
@@ -333,5 +300,7 @@ class ReconciliationQuery:
     ) -> list[GpuRate]:
         ctx = info.context
         w = check_window(window.start, window.end, max_days=ctx.settings.max_window_days)
-        rows = await ctx.read(lambda conn: _rates(conn, w, filter))
+        filters = {k: getattr(filter, k) for k in billing_q.RATE_FILTER_COLUMNS} if filter is not None else {}
+        access = ctx.access
+        rows = await ctx.read(lambda conn: billing_q.rates_in(conn, w, filters, access=access))
         return [GpuRate.of(r) for r in rows]

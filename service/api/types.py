@@ -10,6 +10,8 @@ from typing import Annotated
 import strawberry
 
 from service.analytics import dims
+from service.analytics.access import Access
+from service.analytics.paging import Page
 from service.analytics.query import GroupKey, LedgerQuery
 from service.analytics.window import check_window
 from service.api.context import ApiSettings
@@ -121,13 +123,25 @@ def ledger_query(
     granularity: Granularity,
     group_by: list[Dimension] | tuple[Dimension, ...],
     flt: LedgerFilter | None,
+    *,
+    access: Access,
 ) -> LedgerQuery:
-    """A validated analytics query (raises INVALID_WINDOW / WINDOW_TOO_LARGE / WINDOW_NOT_ALIGNED)."""
+    """A validated analytics query over the rows ``access`` may read (raises INVALID_WINDOW /
+    WINDOW_TOO_LARGE / WINDOW_NOT_ALIGNED)."""
     return LedgerQuery(
         check_window(window.start, window.end, max_days=settings.max_window_days),
         granularity.domain(),
         tuple(d.domain() for d in group_by),
         flt.domain() if flt is not None else dims.NO_FILTER,
+        access=access,
+    )
+
+
+def aggregate_page(settings: ApiSettings, field: str, first: int | None, after: str | None) -> Page:
+    """The checked page of an aggregate answer (PAGE_SIZE_TOO_LARGE, INVALID_ARGUMENT), capped at
+    ``max_result_rows`` when ``first`` is null."""
+    return Page.of(
+        field, first, after, page_size_max=settings.page_size_max, max_rows=settings.max_result_rows
     )
 
 
@@ -137,6 +151,22 @@ GRANULARITY = "Period buckets."
 FILTER = Annotated[
     LedgerFilter | None, strawberry.argument(description="Row filter (applied before idle policies).")
 ]
+FIRST = Annotated[
+    int | None,
+    strawberry.argument(
+        description="Rows to return (at most the page size limit, else PAGE_SIZE_TOO_LARGE); null = "
+        "every row, refused with RESULT_TOO_LARGE above max_result_rows (default 10000). A page "
+        "shorter than `first` is the last."
+    ),
+]
+AFTER = Annotated[
+    str | None,
+    strawberry.argument(
+        description="The `cursor` of the last row received: the answer continues after it "
+        "(INVALID_ARGUMENT for a cursor this field did not hand out)."
+    ),
+]
+CURSOR = "Opaque position of this row in the answer's order: pass it as `after` for the next rows."
 METRIC = Annotated[
     UtilMetric | None,
     strawberry.argument(
@@ -175,8 +205,9 @@ class LedgerBucket:
     user: str | None = _dim("user")
     namespace: str | None = _dim("namespace")
     workload: str | None = _dim("workload")
+    cursor: str = strawberry.field(description=CURSOR)
 
 
-def bucket_fields(key: GroupKey) -> dict[str, object]:
-    """Keyword arguments of a LedgerBucket for ``key``."""
-    return {"period_start": key.period_start, **{d.name.lower(): v for d, v in key.dims}}
+def bucket_fields(key: GroupKey, cursor: str) -> dict[str, object]:
+    """Keyword arguments of a LedgerBucket for ``key`` at ``cursor``."""
+    return {"period_start": key.period_start, "cursor": cursor, **{d.name.lower(): v for d, v in key.dims}}

@@ -10,7 +10,9 @@ from strawberry.types import Info
 from service.analytics import usage as analytics
 from service.api.context import ApiContext
 from service.api.types import (
+    AFTER,
     FILTER,
+    FIRST,
     GRANULARITY,
     GROUP_BY,
     METRIC,
@@ -20,6 +22,7 @@ from service.api.types import (
     Granularity,
     LedgerBucket,
     TimeWindow,
+    aggregate_page,
     bucket_fields,
     gql_float,
     ledger_query,
@@ -48,9 +51,9 @@ class UsageRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: analytics.UsageRow) -> UsageRow:
+    def of(cls, r: analytics.UsageRow, cursor: str) -> UsageRow:
         return cls(
-            **bucket_fields(r.key),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
             gpu_hours=gql_float(r.gpu_hours),  # type: ignore[arg-type]
             effective_gpu_hours=gql_float(r.effective_gpu_hours),  # type: ignore[arg-type]
             utilization_pct=gql_float(r.utilization_pct),
@@ -72,8 +75,11 @@ class UsageQuery:
         group_by: Annotated[list[Dimension], strawberry.argument(description=GROUP_BY)] = (),  # type: ignore[assignment]
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
+        first: FIRST = None,
+        after: AFTER = None,
     ) -> list[UsageRow]:
         ctx = info.context
-        q = ledger_query(ctx.settings, window, granularity, group_by, filter)
-        rows = await ctx.read(lambda conn: analytics.usage(conn, q, metric_key(metric)))
-        return [UsageRow.of(r) for r in rows]
+        q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
+        page = aggregate_page(ctx.settings, "usage", first, after)
+        rows = await ctx.read(lambda conn: analytics.usage(conn, q, metric_key(metric), page=page))
+        return [UsageRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]

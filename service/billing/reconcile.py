@@ -34,8 +34,10 @@ from enum import Enum
 
 from sqlalchemy import Connection, case, func, or_, select, type_coerce
 
+from service.analytics.access import ALL, Access
 from service.analytics.dims import Granularity, LedgerFilter
 from service.analytics.errors import InvalidArgument
+from service.analytics.paging import WHOLE, Page
 from service.analytics.window import Window, ledger_source, money_sum
 from service.billing.catalog import GPU_LOOKING
 from service.billing.rates import is_unmonitored
@@ -199,7 +201,7 @@ def _billing(
 
 
 def _ledger(conn: Connection, window: Window, filters: Mapping[str, Sequence[str]]) -> list[dict]:  # type: ignore[type-arg]
-    src = ledger_source(window, Granularity.DAY, LedgerFilter())
+    src = ledger_source(window, Granularity.DAY, LedgerFilter(), ALL)  # reconcile() checked access
     real = ~is_unmonitored(src.c.device_id)  # type: ignore[operator]
     terms = [src.c.environment.in_(CLOUDS)]
     for key, col in (
@@ -263,11 +265,17 @@ def reconcile(
     filters: Mapping[str, Sequence[str]] | None = None,
     tolerance_pct: Decimal | float = Decimal(5),
     gpu_cost_share: Decimal = Decimal(1),
+    *,
+    access: Access,
+    page: Page = WHOLE,
 ) -> list[ReconRow]:
     """Reconciliation rows of ``window`` grouped by ``group_by`` (see the module docstring).
 
-    ``filters``: ``provider``, ``account``, ``resource`` lists (empty = any).
+    ``filters``: ``provider``, ``account``, ``resource`` lists (empty = any). Billing data is
+    account-wide: ``access`` must be everything (else FORBIDDEN). Rows are merged in Python, so a
+    page is cut from the whole answer (its SQL is two GROUP BYs at resource × day grain either way).
     """
+    access.require_everything("reconciliation")
     tol = Decimal(repr(tolerance_pct)) if isinstance(tolerance_pct, float) else Decimal(tolerance_pct)
     if not tol.is_finite() or tol < 0:
         raise InvalidArgument(f"tolerancePct must be a non-negative number, got {tolerance_pct}")
@@ -306,7 +314,7 @@ def reconcile(
         r.ledger_cost += m["cost"]
     for full, r in rows.items():
         r.status = _status(r, has_billing[full], tol)
-    return sorted(
+    ordered = sorted(
         rows.values(),
         key=lambda r: (
             r.provider or "",
@@ -317,3 +325,4 @@ def reconcile(
             r.currency,
         ),
     )
+    return page.slice(ordered)

@@ -9,6 +9,7 @@ import pytest
 from ledger_rows import at, row
 from sqlalchemy import Engine
 
+from service.analytics.access import ALL
 from service.analytics.cost import CostRow, cost
 from service.analytics.dims import Dimension, Granularity, IdlePolicy
 from service.analytics.errors import MissingFxRate, UnknownCurrency
@@ -37,7 +38,7 @@ def priced(put) -> None:  # type: ignore[no-untyped-def]
 def run(
     engine: Engine, group_by=(), policy=IdlePolicy.SEPARATE, currency=None, hours=2, **kw
 ) -> list[CostRow]:  # type: ignore[no-untyped-def]
-    q = LedgerQuery(check_window(at(0), at(hours), max_days=400), group_by=tuple(group_by), **kw)
+    q = LedgerQuery(check_window(at(0), at(hours), max_days=400), group_by=tuple(group_by), access=ALL, **kw)
     with engine.connect() as conn:
         return cost(conn, q, policy, currency)
 

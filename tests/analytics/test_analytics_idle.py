@@ -8,6 +8,7 @@ import pytest
 from ledger_rows import at, row
 from sqlalchemy import Engine
 
+from service.analytics.access import ALL
 from service.analytics.dims import Dimension, Granularity
 from service.analytics.errors import UnsupportedThreshold
 from service.analytics.idle import IdleRow, idle_waste
@@ -40,7 +41,7 @@ def idle_ledger(put) -> None:  # type: ignore[no-untyped-def]
 
 def run(engine: Engine, group_by=(), **kw) -> list[IdleRow]:  # type: ignore[no-untyped-def]
     gran = kw.pop("granularity", Granularity.TOTAL)
-    q = LedgerQuery(check_window(at(0), at(8), max_days=400), gran, tuple(group_by))
+    q = LedgerQuery(check_window(at(0), at(8), max_days=400), gran, tuple(group_by), access=ALL)
     with engine.connect() as conn:
         return idle_waste(conn, q, **kw)
 

@@ -6,6 +6,7 @@ import pytest
 from ledger_rows import at, row
 from sqlalchemy import Engine
 
+from service.analytics.access import ALL
 from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.query import LedgerQuery
 from service.analytics.usage import usage
@@ -32,7 +33,7 @@ def mixed(put) -> None:  # type: ignore[no-untyped-def]
 
 
 def q(**kw):  # type: ignore[no-untyped-def]
-    return LedgerQuery(check_window(at(0), at(2), max_days=400), **kw)
+    return LedgerQuery(check_window(at(0), at(2), max_days=400), access=ALL, **kw)
 
 
 def test_total_default_metric_mixes_sm_and_gpu_util(engine: Engine, mixed: None) -> None:

@@ -11,6 +11,7 @@ import pytest
 from ledger_rows import D0, at, row
 from sqlalchemy import Engine, delete
 
+from service.analytics.access import ALL
 from service.analytics.cost import cost
 from service.analytics.dims import Dimension, Granularity, IdlePolicy
 from service.analytics.effective import effective_cost
@@ -116,8 +117,8 @@ def test_rollup_path_equals_hourly_path(engine: Engine, long_ledger: None) -> No
     with engine.connect() as conn:
         for granularity in (Granularity.DAY, Granularity.WEEK, Granularity.MONTH, Granularity.TOTAL):
             for name, query in QUERIES.items():
-                rolled = query(conn, LedgerQuery(window, granularity, group_by))
-                hourly = query(conn, LedgerQuery(window, granularity, group_by, rollup=False))
+                rolled = query(conn, LedgerQuery(window, granularity, group_by, access=ALL))
+                hourly = query(conn, LedgerQuery(window, granularity, group_by, rollup=False, access=ALL))
                 assert rolled, (name, granularity)
                 assert comparable(rolled) == comparable(hourly), (name, granularity)
 
@@ -128,8 +129,8 @@ def test_rollup_path_reads_ledger_day(engine: Engine, long_ledger: None) -> None
     with engine.begin() as conn:  # the hours of a whole day vanish; its rollup row stays
         conn.execute(delete(LedgerHour).where(LedgerHour.hour_start >= whole_day))  # type: ignore[arg-type]
     with engine.connect() as conn:
-        rolled = usage(conn, LedgerQuery(window, Granularity.DAY))
-        hourly = usage(conn, LedgerQuery(window, Granularity.DAY, rollup=False))
+        rolled = usage(conn, LedgerQuery(window, Granularity.DAY, access=ALL))
+        hourly = usage(conn, LedgerQuery(window, Granularity.DAY, rollup=False, access=ALL))
     rolled_days = {r.key.period_start: round(r.gpu_hours, 9) for r in rolled}
     hourly_days = {r.key.period_start: round(r.gpu_hours, 9) for r in hourly}
     assert rolled_days[whole_day] == round(24 * (1 + 1 / 7), 9)  # from ledger_day

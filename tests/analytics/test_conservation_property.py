@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from ledger_rows import at, rebuild_days, row
 from sqlmodel import Session
 
+from service.analytics.access import ALL
 from service.analytics.cost import cost
 from service.analytics.dims import Dimension, IdlePolicy
 from service.analytics.query import LedgerQuery
@@ -75,7 +76,7 @@ def test_every_policy_conserves_cost(sqlite_url: str, data) -> None:  # type: ig
         with engine.connect() as conn:
             for policy in IdlePolicy:
                 for group_by in GROUPINGS:
-                    answer = cost(conn, LedgerQuery(window, group_by=group_by), policy, None)
+                    answer = cost(conn, LedgerQuery(window, group_by=group_by, access=ALL), policy, None)
                     assert totals(answer) == dict(expected), (policy, group_by)
                     for r in answer:
                         assert Decimal(0) <= r.idle_cost <= r.cost

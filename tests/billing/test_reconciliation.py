@@ -8,6 +8,7 @@ from decimal import Decimal
 from billing_rows import add, scenario
 from sqlalchemy import Engine
 
+from service.analytics.access import ALL
 from service.analytics.window import Window
 from service.billing.rates import reprice
 from service.billing.reconcile import Key, Status, reconcile
@@ -29,7 +30,7 @@ def test_one_row_per_resource_and_day_with_its_status(engine: Engine) -> None:
     add(engine, scenario())
     reprice(engine, WINDOW.start, WINDOW.end)
     with engine.connect() as conn:
-        rows = reconcile(conn, WINDOW)
+        rows = reconcile(conn, WINDOW, access=ALL)
     assert _table(rows) == [
         ("aws", "i-0d1e4c9a2f7b3e801", SEP3, "USD", 96.0, 0.0, D("660.48"), D("660.48"), Status.NO_METRICS),
         ("aws", "i-gap", SEP3, "USD", 32.0, 16.0, D("220.16"), D("220.16"), Status.UNMONITORED_SPEND),
@@ -48,8 +49,8 @@ def test_grouping_sums_and_recomputes_the_status(engine: Engine) -> None:
     add(engine, scenario())
     reprice(engine, WINDOW.start, WINDOW.end)
     with engine.connect() as conn:
-        rows = reconcile(conn, WINDOW, (Key.PROVIDER,))
-        tolerant = reconcile(conn, WINDOW, filters={"resource": ["i-gap"]}, tolerance_pct=50)
+        rows = reconcile(conn, WINDOW, (Key.PROVIDER,), access=ALL)
+        tolerant = reconcile(conn, WINDOW, filters={"resource": ["i-gap"]}, tolerance_pct=50, access=ALL)
     assert _table(rows) == [
         # 96 + 24 + 4 + 32 billed vs 0 + 24 + 6 + 16 metered; i-nobill's unpriced hours keep their own row
         ("aws", None, None, "USD", 156.0, 46.0, D("1068.448"), D("1068.448"), Status.UNMONITORED_SPEND),
@@ -71,7 +72,7 @@ def test_account_credits_and_tax_are_reported_apart_and_cost_no_gpu(engine: Engi
     ])  # fmt: skip
     reprice(engine, WINDOW.start, WINDOW.end)
     with engine.connect() as conn:
-        rows = reconcile(conn, WINDOW, [Key.PROVIDER, Key.RESOURCE])
+        rows = reconcile(conn, WINDOW, [Key.PROVIDER, Key.RESOURCE], access=ALL)
     by_status = {r.status: r for r in rows}
     assert set(by_status) == {Status.NO_METRICS, Status.ACCOUNT_ADJUSTMENT}
     adjustment = by_status[Status.ACCOUNT_ADJUSTMENT]
