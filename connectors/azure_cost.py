@@ -163,7 +163,6 @@ from connectors.billing_io import (
     file_kind,
     in_window,
     json_text,
-    line_keys,
     open_stream,
     refuse_duplicates,
     rename_variants,
@@ -385,20 +384,19 @@ class AzureCostConnector:
         start: dt.datetime,
         end: dt.datetime,
     ) -> Iterator[BillingBatch]:
-        raw = _RawLines(read)
         dataset = self.config.dataset or item.dataset or _dataset_of_name(file)
         period: tuple[dt.datetime | None, dt.datetime | None] = (item.period_start, item.period_end)
         from_content = item.period_start is None
         seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
         first = True
-        for frame, refused in csv_chunks(raw.read, file, self.config.chunk_rows, block=self.block_bytes):
+        for frame, refused in csv_chunks(
+            read, file, self.config.chunk_rows, block=self.block_bytes, keys=True
+        ):
             frame = rename_variants(frame, VARIANTS)
             require_columns(frame, file, REQUIRED)
             frame = frame.with_columns(
                 pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
             )
-            last = max([*frame[LINE].to_list()[-1:], *(r.line or 0 for r in refused), 0])
-            frame = frame.join(raw.keys(last), on=LINE, how="left")
             read_rows = frame.height + len(refused)
             if dataset is None and _holds_commitment(frame):
                 dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
@@ -732,33 +730,6 @@ def _same_period(
             line=row[LINE],
             column="BillingPeriodStartDate",
         )
-
-
-class _RawLines:
-    """The raw bytes :func:`csv_chunks` has read and not yet keyed, so a chunk's line keys are the
-    SHA-1 of its raw lines (``sha1:``, as :func:`connectors.billing_io.line_keys` of the whole
-    file): only the chunk being cut and the read-ahead are held."""
-
-    def __init__(self, read: Callable[[int], bytes]) -> None:
-        self._read = read
-        self._buf = bytearray()
-        self._next = 1  # the line number of the buffer's first line
-
-    def read(self, size: int) -> bytes:
-        piece = self._read(size)
-        self._buf.extend(piece)
-        return piece
-
-    def keys(self, last: int) -> pl.DataFrame:
-        """``_line`` → ``line_key`` of lines up to ``last``, which leave the buffer."""
-        count = last - self._next + 1
-        if count <= 0:
-            return line_keys([])
-        parts = self._buf.split(b"\n", count)
-        rest = parts[count] if len(parts) > count else bytearray()
-        keys = line_keys(parts[:count]).with_columns(pl.col(LINE) + (self._next - 1))
-        self._buf, self._next = rest, self._next + count
-        return keys
 
 
 class _FileBatches:

@@ -25,7 +25,6 @@ import gzip
 import hashlib
 import io
 import json
-import re
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,6 +34,7 @@ from typing import IO
 import polars as pl
 
 from connectors.billing import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
+from connectors.csv_records import MAX_RECORD_BYTES, Records, scan
 
 LINE = "_line"
 _REPLACEMENT = "\ufffd"
@@ -57,87 +57,93 @@ def read_bytes(path: str | Path, data: bytes | None = None) -> bytes:
     return data
 
 
-def _bad_utf8_lines(data: bytes) -> set[int]:
-    """1-based lines holding bytes that are not UTF-8 (one step per bad sequence, not per line)."""
-    bad: set[int] = set()
-    pos = 0
-    while True:
-        try:
-            data[pos:].decode("utf-8")
-            return bad
-        except UnicodeDecodeError as exc:
-            at = pos + exc.start
-            bad.add(data.count(b"\n", 0, at) + 1)
-            pos = pos + exc.end
-
-
 def csv_frame(data: bytes, file: str, *, separator: str = ",") -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """All columns as text (empty fields ``''``, absent fields null) plus ``_line``.
+    """A whole CSV file: all columns as text (empty fields ``''``) plus ``_line``, and the refused
+    records (:func:`csv_chunks` with the file as one chunk)."""
+    chunks = list(csv_chunks(_reader(data), file, 1 << 62, separator=separator))
+    frames = [f for f, _ in chunks]
+    return pl.concat(frames) if len(frames) > 1 else frames[0], [r for _, rs in chunks for r in rs]
 
-    A UTF-8 byte-order mark is dropped. Refused: records on lines with non-UTF-8 bytes, and
-    records with fewer fields than the header (a truncated file, a broken row).
-    ``_line`` is the record's first line, counted as if no quoted field held a newline (export
-    files don't), the header being line 1.
-    """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if not data.strip():
+
+def _reader(data: bytes) -> Callable[[int], bytes]:
+    stream = io.BytesIO(data)
+    return stream.read
+
+
+def header_columns(header: bytes, file: str, separator: str = ",") -> list[str]:
+    """The column names of a header line (a byte-order mark dropped); an unreadable header (empty,
+    not UTF-8, a quote left open) refuses the file, naming line 1."""
+    if header.startswith(b"\xef\xbb\xbf"):
+        header = header[3:]
+    if not header.strip():
         raise BillingFileError(file, "the file is empty", line=1)
-    bad_lines = _bad_utf8_lines(data)
+    try:
+        header.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BillingFileError(file, "the header holds bytes that are not UTF-8", line=1) from None
+    if header.count(b'"') % 2:
+        raise BillingFileError(file, "the header has an unbalanced quote", line=1)
+    try:
+        return pl.read_csv(io.BytesIO(header), separator=separator, infer_schema=False, n_rows=0).columns
+    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as exc:
+        raise BillingFileError(file, f"not a readable CSV file: {str(exc).splitlines()[0]}", line=1) from None
+
+
+def _parse_records(
+    header: bytes,
+    records: Records,
+    columns: list[str],
+    file: str,
+    separator: str,
+    wanted: list[str] | None,
+) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """:class:`Records` of a chunk → the text frame (``_line`` = each record's first physical line)
+    and the refusals (the scan's, and records holding bytes that are not UTF-8)."""
+    names = wanted or columns
     try:
         frame = pl.read_csv(
-            io.BytesIO(data),
+            io.BytesIO(header + records.body),
             separator=separator,
             infer_schema=False,
             encoding="utf8-lossy",
             empty_string_is_null=False,
             truncate_ragged_lines=True,
-            raise_if_empty=True,
+            columns=[columns.index(c) for c in wanted] if wanted else None,
         )
     except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as exc:
-        raise BillingFileError(file, f"not a readable CSV file: {str(exc).splitlines()[0]}", line=1) from None
-    if 1 in bad_lines:
-        raise BillingFileError(file, "the header holds bytes that are not UTF-8", line=1)
-    frame = frame.with_row_index(LINE, offset=2).with_columns(pl.col(LINE).cast(pl.Int64))
-    refused: list[RefusedRow] = []
-    if bad_lines:
-        is_bad = pl.col(LINE).is_in(sorted(bad_lines))
+        first = records.lines[0] if records.lines else None
+        raise BillingFileError(
+            file, f"not a readable CSV file: {str(exc).splitlines()[0]}", line=first
+        ) from None
+    if frame.height != len(records.lines):  # the scan and Polars disagree: never mis-number a line
+        raise BillingFileError(
+            file, f"CSV records from line {records.lines[0]} on cannot be told apart", line=records.lines[0]
+        )
+    frame = frame.with_columns(pl.Series(LINE, records.lines, dtype=pl.Int64))
+    if records.multi:
+        index = [columns.index(c) for c in names]
+        multi = pl.DataFrame(
+            {
+                **{frame.columns[n]: [fields[i] for _, fields in records.multi] for n, i in enumerate(index)},
+                LINE: [line for line, _ in records.multi],
+            },
+            schema={**dict.fromkeys(frame.columns[: len(index)], pl.String), LINE: pl.Int64},
+        )
+        frame = pl.concat([frame, multi]).sort(LINE)
+    if records.keys is not None:
+        keys = pl.DataFrame(
+            {LINE: list(records.keys), "line_key": list(records.keys.values())},
+            schema={LINE: pl.Int64, "line_key": pl.String},
+        )
+        frame = frame.join(keys, on=LINE, how="left", maintain_order="left")
+    refused = list(records.refused)
+    if records.undecodable:
+        is_bad = pl.col(LINE).is_in(sorted(records.undecodable))
         for row in frame.filter(is_bad).iter_rows(named=True):
             column = next((c for c, v in row.items() if isinstance(v, str) and _REPLACEMENT in v), None)
             refused.append(RefusedRow(file, row[LINE], column, "bytes that are not UTF-8", _raw(row)))
         frame = frame.filter(~is_bad)
-    short, reasons = _short_records(data, [c for c in frame.columns if c != LINE], separator)
-    if reasons:
-        for row in frame.filter(pl.col(LINE).is_in(short)).iter_rows(named=True):
-            missing = reasons[row[LINE]]
-            reason = f"the record has fewer fields than the header (truncated?): no value from {missing!r} on"
-            refused.append(RefusedRow(file, row[LINE], missing, reason, _raw(row)))
-        frame = frame.filter(~pl.col(LINE).is_in(short))
-    return frame, refused
-
-
-def _short_records(data: bytes, columns: list[str], separator: str) -> tuple[list[int], dict[int, str]]:
-    """Lines whose record has fewer fields than the header, and the first missing column of each.
-
-    Polars reads a missing trailing field as ``''``, the same as an empty one, so the fields are
-    counted on the raw lines: separators outside quoted fields (export files put no newline in a
-    field), columnar.
-    """
-    lines = pl.DataFrame({"raw": data.decode("utf-8", errors="replace").split("\n")}).with_row_index(
-        LINE, offset=1
-    )
-    quoted = r'"(?:[^"]|"")*"'
-    fields = (
-        pl.col("raw")
-        .str.strip_chars_end("\r")
-        .str.replace_all(quoted, "")
-        .str.count_matches(re.escape(separator))
-    )
-    short = lines.with_columns((fields + 1).alias("_fields")).filter(
-        (pl.col(LINE) > 1) & (pl.col("raw").str.strip_chars() != "") & (pl.col("_fields") < len(columns))
-    )
-    reasons = {int(line): columns[n] for line, n in short.select(LINE, "_fields").iter_rows()}
-    return sorted(reasons), reasons
+    return frame, sorted(refused, key=lambda r: r.line or 0)
 
 
 def parquet_frame(data: bytes, file: str) -> pl.DataFrame:
@@ -378,17 +384,28 @@ BLOCK_BYTES = 1 << 20
 
 
 def csv_chunks(
-    read: Callable[[int], bytes], file: str, rows: int, *, block: int = BLOCK_BYTES
+    read: Callable[[int], bytes],
+    file: str,
+    rows: int,
+    *,
+    block: int = BLOCK_BYTES,
+    separator: str = ",",
+    keys: bool = False,
+    columns: list[str] | None = None,
+    chunk_bytes: int | None = None,
 ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
-    """A CSV stream (``read(n)``: up to ``n`` more bytes, ``b""`` at the end) → :func:`csv_frame`
-    results of about ``rows`` records each, ``_line`` and refusals numbered in the whole file.
+    """A CSV stream (``read(n)``: up to ``n`` more bytes, ``b""`` at the end) → text frames of about
+    ``rows`` records each (``_line``: the physical line each record starts on, the header being
+    line 1) and the records refused, numbered in the whole file.
 
-    Chunks are cut at line ends by size: the average record length of the first MiB after the
-    header times ``rows`` (byte searches, no step per row; export files hold no newline in a
-    field), each chunk at least that long and running to the next line end — the same cuts as
-    cutting the whole file in memory, with only the chunk being cut (and one read ``block``) held.
-    Each chunk is parsed with the header in front, so every check of :func:`csv_frame` (non-UTF-8
-    bytes, a record with fewer fields, a byte-order mark) applies per chunk as on the whole file.
+    Chunks are cut by size at line ends: the average record length of the first MiB after the
+    header times ``rows`` (or ``chunk_bytes``), each chunk at least that long and running to the
+    next line end; each is cut into RFC 4180 records by :func:`connectors.csv_records.scan` (a
+    quoted newline is one record; an unbalanced quote, a long or short record is refused alone)
+    and a record still open at a chunk's end is carried into the next chunk, so the records,
+    refusals and lines are those of the whole file read at once, with only the chunk being cut
+    (and one read ``block``) held. ``keys``: a ``line_key`` column, ``sha1:`` of each record's raw
+    bytes; ``columns``: parse only these (by name).
     """
     buf = bytearray()
     eof = False
@@ -406,18 +423,22 @@ def csv_chunks(
     while (newline := buf.find(b"\n", searched)) < 0 and not eof:
         searched = len(buf)
         more(len(buf) + 1)
-    header_end = newline + 1
-    more(header_end + 1)
-    if header_end == 0 or len(buf) <= header_end:
-        yield csv_frame(bytes(buf), file)  # header only (or empty): csv_frame says what is wrong
-        return
+    header_end = newline + 1 if newline >= 0 else len(buf)
     header = bytes(buf[:header_end])
-    more(header_end + (1 << 20))
-    sample = bytes(buf[header_end : header_end + (1 << 20)])
+    names = header_columns(header, file, separator)
+    if header.startswith(b"\xef\xbb\xbf"):
+        header = header[3:]
+    if not header.endswith(b"\n"):
+        header += b"\n"
+    wanted = [c for c in names if c in columns] if columns is not None else None
+    del buf[:header_end]
+    more(1 << 20)
+    sample = bytes(buf[: 1 << 20])
     avg = max(1, len(sample) // max(1, sample.count(b"\n")))
-    size = max(1, avg * rows)
-    del buf[:header_end], sample
+    size = chunk_bytes or max(1, avg * rows)
+    del sample
     line = 2  # line of the chunk's first record (the header is line 1)
+    produced = False
     while True:
         more(size)
         searched = size - 1
@@ -425,21 +446,25 @@ def csv_chunks(
             searched = max(searched, len(buf))
             more(len(buf) + 1)
         cut = len(buf) if cut < 0 else cut + 1
-        if cut == 0:
+        final = eof and cut == len(buf)
+        records = scan(
+            bytes(memoryview(buf)[:cut]), line, names, file, separator=separator, final=final, keys=keys
+        )
+        if records.consumed == 0 and not final:
+            # a quoted field opened on the chunk's first line runs past its end: read on until it
+            # closes or is longer than a record may be (then its line is refused alone)
+            size = max(size, MAX_RECORD_BYTES + 1)
+            more(size + 1)
+            continue
+        taken = bytes(memoryview(buf)[: records.consumed])
+        del buf[: records.consumed]
+        size = chunk_bytes or max(1, avg * rows)
+        if records.lines or records.multi or records.refused or not produced:
+            produced = True
+            yield _parse_records(header, records, names, file, separator, wanted)
+        line += taken.count(b"\n")
+        if final or (eof and not buf):
             return
-        body = bytes(memoryview(buf)[:cut])
-        del buf[:cut]
-        if body.strip():
-            frame, refused = csv_frame(header + body, file)
-            shift = line - 2
-            if shift:
-                frame = frame.with_columns(pl.col(LINE) + shift)
-                refused = [
-                    RefusedRow(r.file, None if r.line is None else r.line + shift, r.column, r.reason, r.raw)
-                    for r in refused
-                ]
-            yield frame, refused
-        line += body.count(b"\n")
 
 
 def parquet_chunks(path: str | Path, file: str, rows: int) -> Iterator[pl.DataFrame]:

@@ -97,7 +97,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gzip
-import io
 import logging
 import tempfile
 import zlib
@@ -403,29 +402,14 @@ def _csv_blocks(local: Path, columns: list[str], wanted: list[str]) -> Iterator[
     """The ``wanted`` columns of a CSV, as text, one block of about :data:`_PASS_BYTES` at a time.
 
     Polars' own lazy CSV scan holds the whole file in memory (measured: 261 MB for a 474 MB file,
-    Polars 1.x/2.1), so blocks are cut at line ends here (export files put no newline in a field)
-    and only their wanted columns parsed. Names by position: the header as the chunks read it (a
-    byte-order mark dropped)."""
-    indices = [columns.index(c) for c in wanted]
+    Polars 1.x/2.1), so the file goes through ``csv_chunks`` (RFC 4180 records, the same ones the
+    batches get) in blocks of :data:`_PASS_BYTES`, only the wanted columns parsed; refusals are the
+    batches' to report."""
+    del columns  # the header is read again by csv_chunks
     with local.open("rb") as stream:
-        header = stream.readline()  # in front of each block: it gives a short record its width
-        rest = b""
-        while True:
-            piece = stream.read(_PASS_BYTES)
-            data = rest + piece
-            cut = data.rfind(b"\n") + 1 if piece else len(data)
-            body, rest = data[:cut], data[cut:]
-            if body.strip():
-                frame = pl.read_csv(
-                    io.BytesIO(header + body),
-                    columns=indices,
-                    infer_schema=False,
-                    encoding="utf8-lossy",
-                    truncate_ragged_lines=True,
-                )
-                yield frame.rename(dict(zip(frame.columns, wanted, strict=True)))
-            if not piece:
-                return
+        chunks = csv_chunks(stream.read, str(local), 1, columns=wanted, chunk_bytes=_PASS_BYTES)
+        for frame, _refused in chunks:
+            yield frame.drop(LINE)
 
 
 def _parquet_blocks(local: Path, wanted: list[str]) -> Iterator[pl.DataFrame]:

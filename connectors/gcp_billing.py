@@ -43,8 +43,8 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
   another chunk of the file is refused by the ingestor, which checks keys against the database).
 
 Memory: a file is streamed in batches of ``chunk_rows`` records (gzip undone as a stream): JSON
-Lines cut at line ends, CSV by ``billing_io.csv_chunks`` (keys hashed from the raw lines as they
-stream through), Parquet by ``billing_io.parquet_chunks``. Every batch of a file has its
+Lines cut at line ends, CSV by ``billing_io.csv_chunks`` (RFC 4180 records; keys hashed from each
+record's raw bytes), Parquet by ``billing_io.parquet_chunks``. Every batch of a file has its
 ``source_file`` and no period (daily files must not replace each other: the ingestor replaces a
 file's old lines once, when the run first meets it, and appends its later batches). A file of more
 than one chunk is read twice: first for the facts its lines take from the whole file (per
@@ -331,11 +331,8 @@ class GcpBillingConnector:
                     frame = _from_nested(raw, file) if "sku" in raw.columns else _from_flat(raw, file)
                     yield frame.join(_record_keys(raw), on=LINE, how="left"), [], raw.height
             elif kind == "csv":
-                keys = _LineKeys(read)
-                for raw, refused in csv_chunks(keys, file, rows, block=self.block_bytes):
-                    last = max([raw[LINE].max() or 0, *(r.line or 0 for r in refused)])
+                for raw, refused in csv_chunks(read, file, rows, block=self.block_bytes, keys=True):
                     frame = _from_flat(raw.rename({c: c.replace(".", "_") for c in raw.columns}), file)
-                    frame = frame.join(keys.take(last), on=LINE, how="left")
                     yield frame, refused, raw.height + len(refused)
             else:
                 for data, first_line in _line_blocks(read, rows, self.block_bytes):
@@ -579,36 +576,6 @@ def _line_blocks(read: Callable[[int], bytes], rows: int, block: int) -> Iterato
         held, line = held - taken, line + taken
         if eof and not buf:
             return
-
-
-class _LineKeys:
-    """A ``read(n)`` that hashes the lines as they stream through (:func:`line_keys`, numbered in
-    the whole file), so a CSV chunk parsed elsewhere gets its raw lines' keys; keys are held only
-    until :meth:`take` (the lines read ahead of the chunk being parsed)."""
-
-    def __init__(self, read: Callable[[int], bytes]) -> None:
-        self._read, self._partial, self._keys, self._first = read, b"", [], 1
-
-    def __call__(self, size: int) -> bytes:
-        piece = self._read(size)
-        if piece:
-            parts = (self._partial + piece).split(b"\n")
-            self._partial = parts.pop()
-        else:
-            parts, self._partial = ([self._partial] if self._partial else []), b""
-        self._keys += ["sha1:" + hashlib.sha1(line.rstrip(b"\r")).hexdigest() for line in parts]
-        return piece
-
-    def take(self, last: int) -> pl.DataFrame:
-        """``_line`` → ``line_key`` of the lines up to ``last``, dropped from what is held."""
-        n = max(0, min(last - self._first + 1, len(self._keys)))
-        frame = pl.DataFrame(
-            {LINE: range(self._first, self._first + n), "line_key": self._keys[:n]},
-            schema={LINE: pl.Int64, "line_key": pl.String},
-        )
-        del self._keys[:n]
-        self._first += n
-        return frame
 
 
 def _jsonl_frame(
