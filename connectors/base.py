@@ -178,6 +178,9 @@ class ConnectorStatus(StrEnum):
     FAILED_CONNECTION = "FAILED_CONNECTION"  # network/auth/5xx: check reachability and credentials; retried
     PARSE_ERROR = "PARSE_ERROR"  # the source sent data we could not read; see last_error and rejections
     DISABLED = "DISABLED"  # `enabled = false` in the config
+    # the process running the last run died mid-run (killed, crashed); what it committed stays and
+    # the watermark did not move: the next run reads the window again (nothing to do)
+    ABORTED = "ABORTED"
 
 
 class ConnectorError(Exception):

@@ -24,6 +24,10 @@ def sync_config(engine: Engine, settings: Settings) -> None:
 
 
 def prepare(engine: Engine, settings: Settings) -> None:
-    """Migrate to head, then :func:`sync_config`. Safe on every start."""
+    """Migrate to head, close the runs of processes that died as ABORTED, then :func:`sync_config`.
+    Safe on every start."""
+    from service.runs import abort_orphaned_runs
+
     migrate(engine)
+    abort_orphaned_runs(engine)
     sync_config(engine, settings)

@@ -304,6 +304,12 @@ class ConnectorRun(SQLModel, table=True):
     rejected: int = 0
     ledger_rows: int = 0
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # Who runs it (service.runlocks): the process holds lock ``owner_lock`` until the run ends, so
+    # a RUNNING run whose lock is free belongs to a process that is gone (then it is ABORTED).
+    # Host and pid say which process it was; null on runs from before migration 0003.
+    owner_host: str | None = Field(default=None, max_length=255)
+    owner_pid: int | None = None
+    owner_lock: int | None = None
 
 
 class Rejection(SQLModel, table=True):

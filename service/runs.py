@@ -4,36 +4,74 @@
 it with its status and counts and, only when given one, moves the connector's watermark — which
 never goes backwards. Each is its own short transaction, so a crash mid-ingest leaves a RUNNING
 run and an unmoved watermark behind: the next run starts from where the data is known to be in.
+
+The process that begins a run holds its lock (``service.runlocks``) until ``finish_run`` has
+committed, and records it with its host and pid. ``abort_orphaned_runs`` — at every start
+(``migrate``, ``ingest``, ``serve``) and before each new run of a connector — closes the RUNNING
+runs whose lock is free, i.e. whose process died (SIGKILL, OOM, power loss), as ``ABORTED``; a
+run of a live process, here or (PostgreSQL) on another host, is never touched.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import os
+import socket
+import threading
 from collections.abc import Mapping
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, exists, select, update
 from sqlmodel import Session
 
 from connectors.base import ConnectorStatus
+from service import runlocks
 from service.models import ConnectorRun, ConnectorState
+
+log = logging.getLogger(__name__)
+
+# The runs this process is running now, and their locks (released by finish_run).
+_held: dict[int, runlocks.RunLock | None] = {}
+_held_guard = threading.Lock()
 
 
 def begin_run(
     engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime
 ) -> int:
-    """Open a run of connector ``name`` over ``[start, end)``; its id."""
-    with Session(engine) as session:
-        state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
-        state.status = ConnectorStatus.RUNNING
-        state.last_run_at = now
-        session.add(state)
-        run = ConnectorRun(
-            connector=name, window_start=start, window_end=end, started_at=now, status="RUNNING"
-        )
-        session.add(run)
-        session.commit()
-        assert run.id is not None
-        return run.id
+    """Open a run of connector ``name`` over ``[start, end)``; its id.
+
+    Earlier runs of ``name`` left RUNNING by processes that are gone are closed first, so the
+    connector's status never stays RUNNING for a dead run. The lock is taken before the row is
+    written: no other process can ever see this run RUNNING with its lock free."""
+    abort_orphaned_runs(engine, now, connector=name)
+    lock = runlocks.acquire(engine)
+    try:
+        with Session(engine) as session:
+            state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
+            state.status = ConnectorStatus.RUNNING
+            state.last_run_at = now
+            session.add(state)
+            run = ConnectorRun(
+                connector=name,
+                window_start=start,
+                window_end=end,
+                started_at=now,
+                status=ConnectorStatus.RUNNING,
+                owner_host=socket.gethostname()[:255],
+                owner_pid=os.getpid(),
+                owner_lock=lock.key if lock is not None else None,
+            )
+            session.add(run)
+            session.commit()
+            assert run.id is not None
+            run_id = run.id
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    with _held_guard:
+        _held[run_id] = lock
+    return run_id
 
 
 def finish_run(
@@ -67,8 +105,82 @@ def finish_run(
         )
         session.add_all([state, run])
         session.commit()
+    # Only now: until the end is committed, the run must look alive to every other process.
+    with _held_guard:
+        lock = _held.pop(run_id, None)
+    if lock is not None:
+        lock.release()
 
 
 def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
     with Session(engine) as session:
         return session.execute(select(ConnectorState.watermark).where(ConnectorState.name == name)).scalar()
+
+
+def abort_orphaned_runs(
+    engine: Engine, now: dt.datetime | None = None, *, connector: str | None = None
+) -> list[ConnectorRun]:
+    """Close as ``ABORTED`` the RUNNING runs (of ``connector``, or all) whose process is gone.
+
+    Gone: its lock is free (``service.runlocks``), or it has none — begun before migration 0003,
+    or in an in-memory database by a process that has ended. Runs of this process are skipped.
+    Each gets ``finished_at`` and an ``error`` saying what happened; a connector whose status is
+    still RUNNING and that has no other RUNNING run becomes ``ABORTED`` with the same message.
+    Nothing else changes: the watermark did not move, so the next run reads the window again.
+    The aborted runs are returned (and logged).
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    with Session(engine) as session:
+        query = select(ConnectorRun).where(ConnectorRun.status == ConnectorStatus.RUNNING)
+        if connector is not None:
+            query = query.where(ConnectorRun.connector == connector)
+        running = list(session.execute(query).scalars())
+    with _held_guard:
+        mine = set(_held)
+    gone = [
+        r
+        for r in running
+        if r.id not in mine and (r.owner_lock is None or runlocks.owner_gone(engine, r.owner_lock))
+    ]
+    aborted = []
+    for run in gone:
+        error = _abort_message(run, now)
+        with engine.begin() as conn:
+            # Guarded by status: a run its owner finished meanwhile keeps its own end.
+            closed = conn.execute(
+                update(ConnectorRun)
+                .where(ConnectorRun.id == run.id, ConnectorRun.status == ConnectorStatus.RUNNING)
+                .values(status=ConnectorStatus.ABORTED, finished_at=now, error=error)
+            ).rowcount
+            if not closed:
+                continue
+            still_running = exists().where(
+                ConnectorRun.connector == run.connector, ConnectorRun.status == ConnectorStatus.RUNNING
+            )
+            conn.execute(
+                update(ConnectorState)
+                .where(
+                    ConnectorState.name == run.connector,
+                    ConnectorState.status == ConnectorStatus.RUNNING,
+                    ~still_running,
+                )
+                .values(status=ConnectorStatus.ABORTED, last_error=error)
+            )
+        run.status, run.finished_at, run.error = ConnectorStatus.ABORTED, now, error
+        aborted.append(run)
+        log.warning("run %s of connector %s aborted: %s", run.id, run.connector, error)
+    return aborted
+
+
+def _abort_message(run: ConnectorRun, now: dt.datetime) -> str:
+    owner = (
+        f"its process ({run.owner_host} pid {run.owner_pid})"
+        if run.owner_pid is not None
+        else "the process running it (not recorded: begun before migration 0003)"
+    )
+    return (
+        f"aborted: {owner} ended without finishing it (killed or crashed); found at "
+        f"{now.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ} by {socket.gethostname()} pid {os.getpid()}. "
+        "What it committed stays (whole days of a metrics window, whole billing periods); the "
+        "watermark did not move, so the next run reads the window again."
+    )
