@@ -100,7 +100,7 @@ def serve(
 
     from service.app import create_app
     from service.bootstrap import prepare, sync_config
-    from service.db import make_engine
+    from service.db import MigrationError, make_engine
 
     settings = _settings(config)
     engine = make_engine(settings.database_url)
@@ -117,6 +117,8 @@ def serve(
         uvicorn.run(app_, host=host, port=port, log_config=None, lifespan="on")
     except ConnectorError as exc:
         raise fail(f"{type(exc).__name__}: {exc}", FAILURE_EXIT) from None
+    except MigrationError as exc:
+        raise fail(str(exc), FAILURE_EXIT) from None
     finally:
         engine.dispose()
 
@@ -132,15 +134,23 @@ def _load_demo(engine: Any, settings: Settings) -> None:
 
 @app.command()
 def migrate(config: ConfigOpt = None) -> None:
-    """Create or upgrade the database schema to the newest revision."""
-    from service.db import current_revision, make_engine
+    """Create or upgrade the database schema to the newest revision (all of it or nothing), and
+    close runs left RUNNING by processes that died as ABORTED."""
+    from service.db import MigrationError, current_revision, make_engine
     from service.db import migrate as run_migrate
+    from service.runs import abort_orphaned_runs
 
     settings = _settings(config)
     engine = make_engine(settings.database_url)
     try:
         run_migrate(engine)
+        aborted = abort_orphaned_runs(engine)
         typer.echo(f"{settings.database_url_masked}: at revision {current_revision(engine)}")
+        if aborted:
+            typer.echo(f"aborted {len(aborted)} run(s) left RUNNING by processes that are gone: ", nl=False)
+            typer.echo(", ".join(f"{r.connector} #{r.id}" for r in aborted))
+    except MigrationError as exc:
+        raise fail(str(exc), FAILURE_EXIT) from None
     finally:
         engine.dispose()
 
@@ -169,7 +179,7 @@ def ingest(
         )
 
     from service.bootstrap import prepare
-    from service.db import make_engine
+    from service.db import MigrationError, make_engine
     from service.ledger.ingest import ingest_window
     from service.progress import ChunkProgress
 
@@ -198,6 +208,8 @@ def ingest(
             )
     except ConnectorError as exc:
         raise fail(f"{name}: {type(exc).__name__}: {exc}", FAILURE_EXIT) from None
+    except MigrationError as exc:
+        raise fail(str(exc), FAILURE_EXIT) from None
     finally:
         close_connector(connector)
         engine.dispose()
