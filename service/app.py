@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connectors.agent import bound_connectors
 from service.db import current_revision, head_revision, make_engine
+from service.limits.body import BodyLimit, BodySizeLimit, graphql_refusal, plain_refusal
 from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
@@ -151,6 +152,12 @@ def create_app(
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
+    # Added before the metrics middleware, so it runs inside it: refusals are counted too.
+    body_limits = {
+        "/graphql": BodyLimit(settings.limits.max_body_b, graphql_refusal),
+        PUSH_ROUTE: BodyLimit(settings.limits.max_push_body_b, plain_refusal),
+    }
+    app.add_middleware(BodySizeLimit, limits=body_limits)
     app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})
     app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
     return app

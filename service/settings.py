@@ -11,6 +11,9 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     log_level = "INFO"
     log_format = "console"         # or "json"
 
+    [limits]                       # service.limits.Limits: body size, depth, aliases, tokens,
+    max_body_b = 1048576           # time, concurrency and rate limits (GPU_LEDGER_LIMITS__<KEY>)
+
     [auth]                         # service.auth.config.AuthSettings (GPU_LEDGER_AUTH__<KEY>)
     anonymous_read = false         # true: callers without a token read everything (and /metrics)
     oidc_issuer = "https://idp.example.com"  # SSO: accept its JWTs (then oidc_audience and
@@ -67,11 +70,13 @@ from connectors.registry import (
     validation_problems,
 )
 from service.auth.config import AuthSettings
+from service.limits import Limits
 from service.urls import mask_url
 
 ENV_PREFIX = "GPU_LEDGER_"
 CONFIG_ENV = "GPU_LEDGER_CONFIG"
 CONNECTOR_ENV_PREFIX = "GPU_LEDGER_CONNECTORS__"
+LIMITS_ENV_PREFIX = "GPU_LEDGER_LIMITS__"
 AUTH_ENV_PREFIX = "GPU_LEDGER_AUTH__"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -133,6 +138,8 @@ class Settings(BaseSettings):
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    # The [limits] table (service.limits.Limits); GPU_LEDGER_LIMITS__<KEY> overrides one key.
+    limits: Limits = Field(default_factory=Limits)
     # The [auth] table (service.auth.config.AuthSettings); GPU_LEDGER_AUTH__<KEY> overrides one key.
     auth: AuthSettings = Field(default_factory=AuthSettings)
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
@@ -204,6 +211,7 @@ class Settings(BaseSettings):
             max_result_rows=self.max_result_rows,
             idle_threshold_pct=self.idle_threshold_pct,
             gpu_cost_share=self.gpu_cost_share,
+            limits=self.limits,
         )
 
 
@@ -230,7 +238,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     data = _read_toml(path) if path else {}
     where = str(path) if path else "settings"
 
-    unknown = sorted(set(data) - set(SCALARS) - {"connectors", "auth", *TABLE_MODELS})
+    unknown = sorted(set(data) - set(SCALARS) - {"connectors", "limits", "auth", *TABLE_MODELS})
     if unknown:
         raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
 
@@ -243,6 +251,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["connectors"] = _validate_connectors(where, connectors, registry or default_registry())
     for name in TABLE_MODELS:
         kwargs[name] = _validate_tables(where, name, tables[name])
+    kwargs["limits"] = _limits(where, data.get("limits", {}), env)
     kwargs["auth"] = _auth(where, data.get("auth", {}), env)
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
@@ -307,6 +316,21 @@ def _validate_tables(where: str, name: str, tables: list[dict[str, Any]]) -> lis
             details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
             raise ConfigError(f"{where}: {_label(name, i, table)}: {details}") from None
     return out
+
+
+def _limits(where: str, table: Any, env: Mapping[str, str]) -> Limits:
+    """The ``[limits]`` table with ``GPU_LEDGER_LIMITS__<KEY>`` overrides applied (env wins)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: 'limits' must be a table ([limits])")
+    values = dict(table)
+    for var, raw in env.items():
+        if var.upper().startswith(LIMITS_ENV_PREFIX):
+            values[var[len(LIMITS_ENV_PREFIX) :].lower()] = raw
+    try:
+        return Limits.model_validate(values)
+    except ValidationError as exc:
+        details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
+        raise ConfigError(f"{where} (or {LIMITS_ENV_PREFIX}* environment): [limits]: {details}") from None
 
 
 def _auth(where: str, table: Any, env: Mapping[str, str]) -> AuthSettings:

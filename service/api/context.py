@@ -8,10 +8,14 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from service.analytics.access import Access
+from service.analytics.errors import QueryError
 from service.auth.principal import principal_of
+from service.limits import Limits
+from service.limits.deadline import DeadlinePassed, is_timeout, sql_deadline
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
 
 T = TypeVar("T")
@@ -27,6 +31,7 @@ class ApiSettings:
     ``idle_threshold_pct``: the threshold the ledger's ``idle_s`` columns were built with (ingest's
     ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
     ``gpu_cost_share``: the part of an instance's bill charged to its GPUs (reconciliation's billed cost).
+    ``limits``: the ``[limits]`` table (:class:`service.limits.Limits`).
     """
 
     max_window_days: int = 400
@@ -34,6 +39,7 @@ class ApiSettings:
     max_result_rows: int = 10000
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
     gpu_cost_share: Decimal = Decimal(1)
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass
@@ -43,6 +49,8 @@ class ApiContext:
     engine: Engine
     settings: ApiSettings
     request: Any = field(default=None, repr=False)
+    # time.monotonic() at which this request's SQL is cancelled (set when execution starts).
+    deadline: float | None = None
 
     @property
     def access(self) -> Access:
@@ -55,11 +63,22 @@ class ApiContext:
         """Run ``work`` on a connection in Starlette's threadpool.
 
         The engine is synchronous; resolvers are async so one slow query never blocks the event loop
-        (a sync resolver would run on it under the ASGI view).
+        (a sync resolver would run on it under the ASGI view). Statements still running at
+        :attr:`deadline` are cancelled by the database (``QUERY_TIMEOUT``).
         """
 
         def run() -> T:
-            with self.engine.connect() as conn:
+            with self.engine.connect() as conn, sql_deadline(conn, self.deadline):
                 return work(conn)
 
-        return await run_in_threadpool(run)
+        try:
+            return await run_in_threadpool(run)
+        except (DBAPIError, DeadlinePassed) as exc:
+            if not is_timeout(exc):
+                raise
+            limit_s = self.settings.limits.request_timeout_s
+            raise QueryError(
+                f"query stopped after the time limit of {limit_s:g} s: narrow the window, group by "
+                "fewer dimensions or page with first/after",
+                code="QUERY_TIMEOUT",
+            ) from None

@@ -6,6 +6,13 @@
   ``GRAPHQL_VALIDATION_FAILED``.
 * Anything else is a bug: the client sees ``internal error`` with code ``INTERNAL``; the
   exception is logged with its traceback on the server.
+
+Requests refused before GraphQL runs get an HTTP status and the same body shape
+(:func:`error_response`): ``BAD_REQUEST`` (400: not JSON, not an object, no query, wrong content
+type), ``PAYLOAD_TOO_LARGE`` (413), ``RATE_LIMITED`` (429) and ``OVERLOADED`` (503), the last two
+with ``Retry-After``. The document limits (``QUERY_TOO_DEEP``, ``TOO_MANY_ALIASES``,
+``TOO_MANY_TOKENS``) and ``QUERY_TIMEOUT`` are GraphQL errors of a 200 answer
+(:mod:`service.api.guard`, :meth:`service.api.context.ApiContext.read`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from graphql import GraphQLError
+from starlette.responses import JSONResponse
 from strawberry import Schema
 from strawberry.extensions import SchemaExtension
 from strawberry.types import ExecutionContext
@@ -25,6 +33,17 @@ log = logging.getLogger("gpu_ledger.api")
 
 INTERNAL = "INTERNAL"
 VALIDATION = "GRAPHQL_VALIDATION_FAILED"
+BAD_REQUEST = "BAD_REQUEST"
+RATE_LIMITED = "RATE_LIMITED"
+OVERLOADED = "OVERLOADED"
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A request refused before execution: ``{"errors": [{"message", "extensions": {"code"}}]}``."""
+    body = {"errors": [{"message": message, "extensions": {"code": code}}]}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _is_user_error(error: GraphQLError) -> bool:

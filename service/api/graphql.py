@@ -1,24 +1,38 @@
 """The schema and the ASGI GraphQL app (GraphiQL on ``GET /graphql``).
 
 Resolvers are async and run their database work in Starlette's threadpool (the engine is sync):
-see :meth:`service.api.context.ApiContext.read`.
+see :meth:`service.api.context.ApiContext.read`. Parsing and validation run in worker threads too
+(:mod:`service.api.guard`). Before anything runs, the view checks the caller's request rate (429)
+and takes one of the ``max_concurrent_queries`` slots (503 when none frees up in time); a body
+that is not a JSON object is a 400. Every refusal has the GraphQL error shape and a code.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import time
 from typing import Any
 
 import strawberry
+from cross_web import HTTPException
 from sqlalchemy import Engine
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL
+from strawberry.types import ExecutionResult
 
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
 from service.api.devices import DeviceQuery
-from service.api.errors import ErrorCodes, LedgerSchema
+from service.api.errors import BAD_REQUEST, OVERLOADED, RATE_LIMITED, ErrorCodes, LedgerSchema, error_response
+from service.api.guard import LimitedParsing
 from service.api.idle import IdleQuery
 from service.api.reconciliation import ReconciliationQuery
 from service.api.usage import UsageQuery
+from service.auth.principal import principal_of
+from service.limits.gate import ConcurrencyGate, Overloaded
+from service.limits.rate import RateLimiter
 
 
 @strawberry.type(
@@ -28,18 +42,82 @@ class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery):
     pass
 
 
-schema = LedgerSchema(query=Query, extensions=[ErrorCodes])
+schema = LedgerSchema(query=Query, extensions=[LimitedParsing, ErrorCodes])
+
+_JSON_KINDS = {str: "a string", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def caller_key(scope: Scope) -> str:
+    """Whom a request counts against: the authenticated caller, or an anonymous one's address."""
+    principal = principal_of(scope)
+    if principal.kind == "anonymous":
+        host = (scope.get("client") or ("unknown", 0))[0]
+        return f"anonymous@{host}"
+    return f"{principal.kind}:{principal.name}"
 
 
 class LedgerGraphQL(GraphQL[ApiContext, None]):
-    """strawberry's ASGI view with our context: the engine and the API settings."""
+    """strawberry's ASGI view with our context (the engine and the API settings) and limits."""
 
     def __init__(self, engine: Engine, settings: ApiSettings) -> None:
         super().__init__(schema, graphql_ide="graphiql")
         self.engine, self.settings = engine, settings
+        limits = settings.limits
+        self.rate = RateLimiter(limits.rate_per_minute, limits.rate_burst)
+        self.gate = ConcurrencyGate(limits.max_concurrent_queries, limits.queue_wait_s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        caller = caller_key(scope)
+        wait_s = self.rate.take(caller)
+        if wait_s > 0:
+            retry_s = max(1, math.ceil(wait_s))
+            per_minute = self.settings.limits.rate_per_minute
+            message = f"more than {per_minute} requests a minute from {caller}: retry in {retry_s} s"
+            response = error_response(429, RATE_LIMITED, message, {"Retry-After": str(retry_s)})
+        else:
+            try:
+                response = await self.run(Request(scope, receive))
+            except HTTPException as exc:  # strawberry's refusals: no query, wrong content type…
+                response = error_response(exc.status_code, BAD_REQUEST, exc.reason)
+            except Overloaded as exc:
+                headers = {"Retry-After": str(exc.retry_after_s)}
+                response = error_response(503, OVERLOADED, str(exc), headers)
+        await response(scope, receive, send)
+
+    def parse_json(self, data: str | bytes) -> Any:
+        """JSON of the body (or of a GET's ``variables``): an object (or a batch list), else 400."""
+        try:
+            value = json.loads(data)
+        except UnicodeDecodeError:
+            raise HTTPException(400, "request body is not UTF-8 text") from None
+        except (ValueError, RecursionError) as exc:
+            raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+        if not isinstance(value, (dict, list)):
+            kind = _JSON_KINDS.get(type(value), type(value).__name__)
+            raise HTTPException(400, f'expected a JSON object like {{"query": "…"}}, got {kind}')
+        return value
 
     async def get_context(self, request: Any, response: Any) -> ApiContext:
         return ApiContext(self.engine, self.settings, request)
+
+    async def execute_single(  # noqa: PLR0917
+        self,
+        request: Any,
+        request_adapter: Any,
+        sub_response: Any,
+        context: ApiContext,
+        root_value: Any,
+        request_data: Any,
+    ) -> ExecutionResult:
+        async with self.gate.slot():
+            # The time limit runs from here: waiting for a slot doesn't count against it.
+            context.deadline = time.monotonic() + self.settings.limits.request_timeout_s
+            return await super().execute_single(
+                request, request_adapter, sub_response, context, root_value, request_data
+            )
 
 
 def build_graphql_app(engine: Engine, api_settings: ApiSettings | None = None) -> GraphQL[ApiContext, None]:

@@ -1,0 +1,47 @@
+"""The ``[limits]`` settings table: what one caller or one request may cost the service.
+
+Each limit has its own error code, so a client (or the person reading its log) knows which one
+it hit and what to change::
+
+    [limits]
+    max_body_b = 1048576             # POST /graphql body (bytes), chunked bodies too → 413 PAYLOAD_TOO_LARGE
+    max_push_body_b = 67108864       # POST /api/v1/batches body (bytes) → 413 {"error": …}
+    max_depth = 12                   # field nesting of a GraphQL operation → QUERY_TOO_DEEP
+    max_aliases = 30                 # aliased fields in one document → TOO_MANY_ALIASES
+    max_tokens = 5000                # lexical tokens of a document (parsing stops there) → TOO_MANY_TOKENS
+    request_timeout_s = 30.0         # one GraphQL request's time; its SQL is cancelled → QUERY_TIMEOUT
+    max_concurrent_queries = 8       # GraphQL operations executing at once (0: no cap) → 503 OVERLOADED
+    queue_wait_s = 0.5               # how long a request waits for one of those slots before the 503
+    rate_per_minute = 600            # GraphQL requests per caller per minute (0: no limit) → 429 RATE_LIMITED
+    rate_burst = 100                 # requests a caller may send at once before the rate applies
+
+Each key can be set from the environment too: ``GPU_LEDGER_LIMITS__<KEY>`` (e.g.
+``GPU_LEDGER_LIMITS__MAX_DEPTH=8``), which wins over the file.
+
+The rate limit and the concurrency cap live in the memory of one process: behind a load balancer
+with N replicas a caller gets N times the rate. Parsing and validation run in worker threads, so a
+huge document costs CPU but never stalls the event loop (``/healthz`` keeps answering).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MIB = 1024 * 1024
+
+
+class Limits(BaseModel):
+    """The ``[limits]`` table (see the module docstring for each key, its unit and its error)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_body_b: int = Field(default=1 * MIB, gt=0)
+    max_push_body_b: int = Field(default=64 * MIB, gt=0)
+    max_depth: int = Field(default=12, gt=0)
+    max_aliases: int = Field(default=30, ge=0)
+    max_tokens: int = Field(default=5000, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    max_concurrent_queries: int = Field(default=8, ge=0)
+    queue_wait_s: float = Field(default=0.5, ge=0)
+    rate_per_minute: int = Field(default=600, ge=0)
+    rate_burst: int = Field(default=100, gt=0)
