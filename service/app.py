@@ -8,8 +8,9 @@ Node agents push to ``POST /api/v1/batches`` (``service.push``).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sqlalchemy import Engine
@@ -22,7 +23,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connectors.agent import bound_connectors
 from service.db import current_revision, head_revision, make_engine
-from service.limits.body import BodyLimit, BodySizeLimit, graphql_refusal, plain_refusal
 from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
@@ -96,11 +96,13 @@ def create_app(
     scheduler: Scheduler | None = None,
     graphql_app: ASGIApp | None = None,
     telemetry: Telemetry | None = None,
+    clock: Callable[[], dt.datetime] = utc_now,
 ) -> Starlette:
     """The app on ``engine`` (default: one on ``settings.database_url``, disposed at shutdown).
 
     ``run_scheduler`` starts a :class:`Scheduler` of ``settings.connectors`` (or ``scheduler``)
-    with the app; ``graphql_app`` and ``telemetry`` replace the defaults (tests).
+    with the app; ``graphql_app`` and ``telemetry`` replace the defaults (tests);
+    ``clock`` is the push endpoint's (sample times are checked against it).
     """
     owns_engine = engine is None
     engine = engine if engine is not None else make_engine(settings.database_url)
@@ -143,7 +145,7 @@ def create_app(
             if owns_engine:
                 engine.dispose()
 
-    push_batches = batches_endpoint(engine, settings.connectors, telemetry, utc_now)
+    push_batches = batches_endpoint(engine, settings.connectors, telemetry, clock)
     routes = [
         Route("/graphql", _AsgiEndpoint(gql), methods=["GET", "POST"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -152,12 +154,6 @@ def create_app(
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    # Added before the metrics middleware, so it runs inside it: refusals are counted too.
-    body_limits = {
-        "/graphql": BodyLimit(settings.limits.max_body_b, graphql_refusal),
-        PUSH_ROUTE: BodyLimit(settings.limits.max_push_body_b, plain_refusal),
-    }
-    app.add_middleware(BodySizeLimit, limits=body_limits)
     app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})
     app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
     return app

@@ -20,11 +20,13 @@ from service.settings import Settings
 
 TOKEN_A, TOKEN_B = "a" * 32, "b" * 32
 T0 = 1_757_462_400_000  # 2025-09-10T00:00Z
+NOW = dt.datetime(2025, 9, 10, 6, tzinfo=dt.UTC)  # the push endpoint's clock
 
 
 def _settings(engine: Engine) -> Settings:
     return Settings(
         database_url=str(engine.url),
+        auth={"anonymous_read": True},  # /metrics read anonymously; pushing still needs a token
         connectors=[
             {"type": "agent", "name": "node-a", "token": TOKEN_A},
             {"type": "agent", "name": "node-b", "token": TOKEN_B},
@@ -37,7 +39,7 @@ def client(engine: Engine) -> Any:
     async def no_graphql(scope: Any, receive: Any, send: Any) -> None:  # not under test here
         raise AssertionError("graphql not expected")
 
-    with TestClient(create_app(_settings(engine), engine, graphql_app=no_graphql)) as c:
+    with TestClient(create_app(_settings(engine), engine, graphql_app=no_graphql, clock=lambda: NOW)) as c:
         yield c
 
 
@@ -87,7 +89,7 @@ def test_accept_then_replay_is_a_duplicate(client: TestClient, engine: Engine) -
     assert (_count(engine, PushedBatch), _count(engine, PushedSample)) == (1, 3)
     metrics = {
         (s.name, s.labels.get("agent"), s.labels.get("outcome")): s.value
-        for f in text_string_to_metric_families(client.get("/metrics").text)
+        for f in text_string_to_metric_families(client.app.state.telemetry.render().decode())  # /metrics needs a token
         for s in f.samples
         if s.name.startswith("gpu_ledger_push")
     }
@@ -113,7 +115,7 @@ def test_an_idle_gpu_batch_is_accepted(client: TestClient, engine: Engine) -> No
         (lambda b: b["samples"]["ts_ms"].__setitem__(1, 1.5), "samples.ts_ms.1"),
         (lambda b: b["samples"]["metric"].__setitem__(0, "gpu_utilization"), "samples.metric.0"),
         (lambda b: b["samples"]["value"].pop(), "samples"),
-        (lambda b: b["samples"]["device_id"].__setitem__(2, "GPU-9"), "body"),
+        (lambda b: b["samples"]["device_id"].__setitem__(2, "GPU-9"), "samples.device_id.2"),
         (lambda b: b.pop("batch_id"), "batch_id"),
         (lambda b: b.__setitem__("batch_id", "no-sequence"), "batch_id"),
         (lambda b: b["devices"][0].__setitem__("environment", "moon"), "devices.0.environment"),
@@ -140,7 +142,7 @@ def test_connector_reads_its_own_samples_columnar(client: TestClient, engine: En
     other = batch(1, agent="node-b")
     assert post(client, other, token=TOKEN_B).status_code == 200
     config = default_registry().validate({"type": "agent", "name": "node-a", "token": TOKEN_A})
-    connector = default_registry().build(config, engine=engine)
+    connector = default_registry().build(config, engine=engine, clock=lambda: NOW)
     assert connector.sampling.period_s == 5.0 and connector.sampling.max_gap_s == 10.0
     start, end = dt.datetime(2025, 9, 10, tzinfo=dt.UTC), dt.datetime(2025, 9, 10, 0, 2, 5, tzinfo=dt.UTC)
     (got,) = list(connector.collect(start, end))  # [T0+60 s, T0+125 s): batch 1 and the first of batch 2
@@ -169,7 +171,7 @@ def test_prune_after_retention(client: TestClient, engine: Engine) -> None:
         conn.execute(update(PushedBatch.__table__).where(PushedBatch.batch_id == "node-a-host:1").values(
             received_at=long_ago))  # fmt: skip
     config = AgentConfig(name="node-a", token=TOKEN_A, retention_days=7)
-    connector = AgentConnector(config, engine=engine)
+    connector = AgentConnector(config, engine=engine, clock=lambda: NOW)
     assert connector.prune() == 1
     assert (_count(engine, PushedBatch), _count(engine, PushedSample)) == (1, 3)
     assert (_count(engine, PushedDevice), _count(engine, PushedWorkload)) == (1, 1)  # updated by batch 2

@@ -1,0 +1,241 @@
+"""Push defects of issue 9: NaN/Infinity, a reused batch id, sample times, the watermark's floor."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from push_client import NOW, NOW_MS, batch, counts, post, push_client
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from service.models import ConnectorState, PushedBatch, PushedSample
+from service.push import store_batch
+from service.push_batch import BatchIn, content_sha256, parse_batch
+from service.timeutil import from_ms
+
+EMPTY = {"pushed_batch": 0, "pushed_sample": 0, "pushed_device": 0, "pushed_workload": 0, "connector_state": 0}
+
+
+def _set(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    *parents, last = path.split(".")
+    node: Any = body
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[int(last) if last.isdigit() else last] = value
+    return body
+
+
+# --- 1. NaN and ±Infinity: refused naming the field, never "duplicate" ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("samples.value.1", float("nan")),
+        ("samples.value.2", float("inf")),
+        ("samples.share.0", float("-inf")),
+        ("devices.0.gpu_fraction", float("nan")),
+        ("devices.0.tdp_w", float("inf")),
+    ],
+)
+def test_nan_and_infinity_are_refused_naming_the_field(engine: Engine, field: str, value: float) -> None:
+    with push_client(engine) as client:
+        r = post(client, _set(batch(), field, value))  # json.dumps writes NaN / Infinity literals
+        assert r.status_code == 400, r.text
+        assert r.json() == {
+            "error": f"{field}: Input should be a finite number",
+            "field": field,
+            "code": "INVALID_BATCH",
+        }
+        assert counts(engine) == EMPTY
+        assert post(client, batch()).json()["duplicate"] is False  # the id was never taken
+
+
+def test_a_huge_exponent_is_infinity_too(engine: Engine) -> None:
+    body = json.dumps(batch()).replace('"value": [0.0,', '"value": [1e400,').encode()
+    with push_client(engine) as client:
+        r = post(client, body)
+    assert (r.status_code, r.json()["field"]) == (400, "samples.value.0")
+
+
+def test_an_integrity_error_is_never_read_as_a_duplicate(engine: Engine) -> None:
+    # Past the checks nothing but a concurrent push of the same id may break a constraint; should
+    # something else, it is an error to see, not a batch to acknowledge (and lose).
+    good = parse_batch(json.dumps(batch()).encode())
+    twice = BatchIn.model_construct(**{**dict(good), "devices": good.devices * 2})  # skips the checks
+    with pytest.raises(IntegrityError):
+        store_batch(engine, twice, NOW)
+    assert counts(engine) == EMPTY
+
+
+# --- 2. a batch id replayed: same content → duplicate, other content → 409 -----------------------
+
+
+def test_replay_with_the_same_content_in_other_bytes_is_a_duplicate(engine: Engine) -> None:
+    body = batch()
+    respelled = json.dumps(dict(reversed(list(body.items()))), indent=2).replace("700.0", "700").encode()
+    with push_client(engine) as client:
+        assert post(client, body).json()["duplicate"] is False
+        r = post(client, respelled)
+    assert (r.status_code, r.json()) == (200, {"batch_id": "host1:1", "duplicate": True, "samples": 3})
+    assert counts(engine)["pushed_sample"] == 3
+
+
+def test_replay_with_other_content_is_a_conflict(engine: Engine) -> None:
+    other = batch()
+    other["samples"]["value"][2] = 99.0
+    with push_client(engine) as client:
+        assert post(client, batch()).status_code == 200
+        before = counts(engine)
+        r = post(client, other)
+        metrics = client.app.state.telemetry.render().decode()  # type: ignore[attr-defined]
+    assert r.status_code == 409
+    assert r.json()["code"] == "BATCH_ID_CONFLICT" and r.json()["field"] == "batch_id"
+    assert r.json()["error"].startswith("batch_id: host1:1 was stored before with other content")
+    assert counts(engine) == before
+    with engine.connect() as conn:
+        values = conn.execute(select(PushedSample.__table__.c.value).order_by("row_no")).scalars().all()
+    assert values == [0.0, 10.0, 20.0]  # the first content stands
+    assert 'gpu_ledger_push_batches_total{agent="node-a",outcome="conflict"} 1.0' in metrics
+
+
+def test_a_batch_stored_before_content_hashes_replays_as_a_duplicate(engine: Engine) -> None:
+    other = batch()
+    other["samples"]["value"][2] = 99.0
+    with push_client(engine) as client:
+        assert post(client, batch()).status_code == 200
+        with engine.begin() as conn:  # as migration 0002 left it
+            conn.execute(update(PushedBatch.__table__).values(content_sha256=None))
+        r = post(client, other)
+    assert (r.status_code, r.json()["duplicate"]) == (200, True)
+
+
+def test_the_content_hash_is_stored(engine: Engine) -> None:
+    with push_client(engine) as client:
+        assert post(client, batch()).status_code == 200
+    with engine.connect() as conn:
+        stored = conn.execute(select(PushedBatch.__table__.c.content_sha256)).scalar_one()
+    assert stored == content_sha256(parse_batch(json.dumps(batch()).encode()))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("same", "outcome"), [(True, "duplicate"), (False, "conflict")])
+def test_a_concurrent_push_of_the_same_id_is_decided_by_looking_it_up(
+    pg_url: str, same: bool, outcome: str
+) -> None:
+    # The test holds the batch row uncommitted; the push's INSERT waits on it, then breaks the
+    # primary key once the test commits: the IntegrityError path, made deterministic.
+    from conftest import empty_tables
+
+    from service.db import make_engine
+
+    engine = make_engine(pg_url)
+    empty_tables(engine)
+    theirs = parse_batch(json.dumps(batch()).encode())
+    sha = content_sha256(theirs) if same else "0" * 64
+    result: list[str] = []
+    try:
+        with engine.connect() as holder:
+            tx = holder.begin()
+            holder.execute(
+                insert(PushedBatch.__table__),
+                [{"batch_id": "host1:1", "agent": "node-a", "received_at": NOW, "content_sha256": sha}],
+            )
+            pusher = threading.Thread(target=lambda: result.append(store_batch(engine, theirs, NOW)))
+            pusher.start()
+            time.sleep(0.3)  # the push is now blocked on the row's lock
+            assert result == []
+            tx.commit()
+            pusher.join(10)
+        assert result == [outcome]
+        assert counts(engine)["pushed_sample"] == 0
+    finally:
+        empty_tables(engine)
+        engine.dispose()
+
+
+# --- 3. sample times: 2000-01-01 ≤ ts ≤ now + 1 h --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ts_ms", "fragment"),
+    [
+        (0, "0 (1970-01-01T00:00:00Z) is before 2000-01-01"),
+        (-1, "-1 (1969-12-31T23:59:59.999000Z) is before 2000-01-01"),
+        (946_684_799_999, "is before 2000-01-01"),
+        (NOW_MS + 3_600_001, "is more than 1 h after the service's clock"),
+        (10**30, "1000000000000000000000000000000 is more than 1 h after"),
+    ],
+)
+def test_sample_times_out_of_bounds_are_refused_naming_the_row(
+    engine: Engine, ts_ms: int, fragment: str
+) -> None:
+    body = batch(n=3)
+    body["samples"]["ts_ms"][2] = ts_ms
+    with push_client(engine, backfill_days=10_000) as client:  # the 2000 floor, not the backfill's
+        r = post(client, body)
+    assert (r.status_code, r.json()["field"], r.json()["code"]) == (400, "samples.ts_ms.2", "INVALID_BATCH")
+    assert fragment in r.json()["error"]
+    assert counts(engine) == EMPTY
+
+
+def test_the_bounds_themselves_are_accepted(engine: Engine) -> None:
+    body = batch(n=2)
+    body["samples"]["ts_ms"] = [946_684_800_000, NOW_MS + 3_600_000]
+    with push_client(engine, backfill_days=10_000) as client:
+        assert post(client, body).status_code == 200
+
+
+# --- 4. the watermark never moves back past backfill_days ------------------------------------------
+
+
+def _watermark(engine: Engine, at: dt.datetime | None = None) -> dt.datetime | None:
+    table = ConnectorState.__table__
+    with engine.begin() as conn:
+        if at is not None:
+            conn.execute(insert(table), [{"name": "node-a", "type": "agent", "status": "OK", "watermark": at}])
+        return conn.execute(select(table.c.watermark)).scalar_one()
+
+
+def test_a_late_batch_within_backfill_rewinds_the_watermark(engine: Engine) -> None:
+    _watermark(engine, NOW)
+    start_ms = NOW_MS - 23 * 3_600_000  # 23 h late, backfill_days = 1
+    with push_client(engine, backfill_days=1) as client:
+        assert post(client, batch(start_ms=start_ms)).status_code == 200
+    assert _watermark(engine) == from_ms(start_ms) + dt.timedelta(hours=1)  # + presence gap
+
+
+@pytest.mark.parametrize("start_ms", [NOW_MS - 24 * 3_600_000 - 1, NOW_MS - 30 * 86_400_000, 0])
+def test_a_batch_older_than_backfill_is_refused_and_moves_nothing(engine: Engine, start_ms: int) -> None:
+    _watermark(engine, NOW)
+    body = batch(n=2, start_ms=NOW_MS - 600_000)
+    body["samples"]["ts_ms"][1] = start_ms
+    with push_client(engine, backfill_days=1) as client:
+        r = post(client, body)
+    assert (r.status_code, r.json()["field"]) == (400, "samples.ts_ms.1")
+    if start_ms > 0:
+        assert 'older than backfill_days = 1 of agent connector "node-a" allows' in r.json()["error"]
+        assert "raise backfill_days and send the batch again" in r.json()["error"]
+    assert _watermark(engine) == NOW
+    assert counts(engine) == {**EMPTY, "connector_state": 1}
+
+
+def test_the_backfill_edge_is_accepted(engine: Engine) -> None:
+    _watermark(engine, NOW)
+    with push_client(engine, backfill_days=1) as client:
+        assert post(client, batch(start_ms=NOW_MS - 24 * 3_600_000)).status_code == 200
+    assert _watermark(engine) == NOW - dt.timedelta(hours=23)
+
+
+def test_storing_clamps_the_rewind_at_backfill(engine: Engine) -> None:
+    # store_batch holds the line itself too, whatever a caller checked: a batch 30 days old
+    # (bypassing check_batch) moves the watermark back to now − backfill_days, no further.
+    _watermark(engine, NOW)
+    old = parse_batch(json.dumps(batch(start_ms=NOW_MS - 30 * 86_400_000)).encode())
+    assert store_batch(engine, old, NOW, 3600.0, backfill_days=2) == "stored"
+    assert _watermark(engine) == NOW - dt.timedelta(days=2)
