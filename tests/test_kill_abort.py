@@ -1,0 +1,186 @@
+"""Runs left RUNNING by a killed process are closed as ABORTED — and only those.
+
+Real processes: each owner is a child Python that begins a run (``service.runs.begin_run``) and
+waits; the test SIGKILLs it, as the OOM killer or an operator would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, insert
+from sqlmodel import Session
+
+from connectors.base import ConnectorStatus
+from service.models import ConnectorRun, ConnectorState
+from service.runs import abort_orphaned_runs, begin_run, finish_run
+
+T0 = dt.datetime(2025, 9, 1, tzinfo=dt.UTC)
+NOW = dt.datetime(2025, 9, 2, 12, tzinfo=dt.UTC)
+
+_OWNER = textwrap.dedent(
+    """
+    import datetime as dt, sys
+    from service.db import make_engine
+    from service.runs import begin_run
+    t0 = dt.datetime(2025, 9, 1, tzinfo=dt.UTC)
+    run_id = begin_run(make_engine(sys.argv[1]), sys.argv[2], "Synthetic", t0, t0 + dt.timedelta(days=1), t0)
+    print(run_id, flush=True)
+    sys.stdin.read()  # until the test kills it
+    """
+)
+
+
+class Owner:
+    """A child process that began run ``run_id`` of ``connector`` and keeps it RUNNING."""
+
+    def __init__(self, url: str, connector: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _OWNER, url, connector],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._run_id: int | None = None
+
+    @property
+    def run_id(self) -> int:
+        """The run's id, once the child has begun it (children start in parallel)."""
+        if self._run_id is None:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            assert line.strip().isdigit(), f"owner did not start: {line!r}"
+            self._run_id = int(line)
+        return self._run_id
+
+    def kill(self) -> None:
+        assert self.run_id  # killed only once its run is in
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def owners(db_url: str) -> Iterator[list[Owner]]:
+    started: list[Owner] = []
+    yield started
+    for owner in started:
+        owner.close()
+
+
+def _run(engine: Engine, run_id: int) -> ConnectorRun:
+    with Session(engine) as session:
+        run = session.get(ConnectorRun, run_id)
+        assert run is not None
+        return run
+
+
+def _state(engine: Engine, name: str) -> ConnectorState:
+    with Session(engine) as session:
+        state = session.get(ConnectorState, name)
+        assert state is not None
+        return state
+
+
+def test_killed_owner_is_aborted_live_one_untouched(
+    engine: Engine, db_url: str, owners: list[Owner]
+) -> None:
+    owners += [Owner(db_url, "dc1"), Owner(db_url, "dc1"), Owner(db_url, "cloud")]
+    killed, alive, other = owners
+    assert all(o.run_id for o in owners)
+    run = _run(engine, killed.run_id)
+    assert (run.status, run.owner_host, run.owner_pid) == ("RUNNING", socket.gethostname(), killed.proc.pid)
+
+    assert abort_orphaned_runs(engine, NOW) == []  # every owner alive: nothing to close
+
+    killed.kill()
+    aborted = abort_orphaned_runs(engine, NOW)
+    assert [r.id for r in aborted] == [killed.run_id]
+    run = _run(engine, killed.run_id)
+    assert run.status == ConnectorStatus.ABORTED and run.finished_at == NOW
+    assert run.error is not None and run.error.startswith(
+        f"aborted: its process ({socket.gethostname()} pid {killed.proc.pid}) ended without finishing "
+        "it (killed or crashed); found at 2025-09-02T12:00:00Z"
+    )
+    assert "the watermark did not move, so the next run reads the window again" in run.error
+    # dc1 has another live run: its status stays RUNNING
+    assert _state(engine, "dc1").status == ConnectorStatus.RUNNING
+    assert _run(engine, alive.run_id).status == "RUNNING"
+    assert _run(engine, other.run_id).status == "RUNNING"
+
+    alive.kill()
+    other.kill()
+    assert sorted(r.id for r in abort_orphaned_runs(engine, NOW, connector="dc1")) == [alive.run_id]
+    state = _state(engine, "dc1")
+    assert state.status == ConnectorStatus.ABORTED and state.last_error == _run(engine, alive.run_id).error
+    assert _run(engine, other.run_id).status == "RUNNING"  # another connector: not asked about
+    assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [other.run_id]
+    assert abort_orphaned_runs(engine, NOW) == []  # idempotent
+
+
+def test_next_run_of_the_connector_closes_the_dead_one(
+    engine: Engine, db_url: str, owners: list[Owner]
+) -> None:
+    owners.append(Owner(db_url, "dc1"))
+    owners[0].kill()
+    run_id = begin_run(engine, "dc1", "Synthetic", T0, T0 + dt.timedelta(hours=1), NOW)
+    assert _run(engine, owners[0].run_id).status == ConnectorStatus.ABORTED
+    finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {"read": 1, "accepted": 1}, NOW, watermark=T0)
+    assert (_run(engine, run_id).status, _state(engine, "dc1").status) == ("OK", "OK")
+
+
+def test_own_runs_are_never_aborted(engine: Engine) -> None:
+    run_id = begin_run(engine, "dc1", "Synthetic", T0, T0 + dt.timedelta(hours=1), NOW)
+    assert abort_orphaned_runs(engine, NOW) == []
+    assert _run(engine, run_id).status == "RUNNING"
+    finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {}, NOW, watermark=T0)
+    assert _run(engine, run_id).status == "OK"
+
+
+def test_run_from_before_owners_were_recorded_is_aborted(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(ConnectorState).values(name="old", type="Synthetic", status="RUNNING"))
+        run_id = conn.execute(
+            insert(ConnectorRun).values(
+                connector="old", window_start=T0, window_end=T0, started_at=T0, status="RUNNING"
+            )
+        ).inserted_primary_key[0]
+    assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [run_id]
+    run = _run(engine, run_id)
+    assert run.status == "ABORTED" and run.error is not None
+    assert run.error.startswith(
+        "aborted: the process running it (not recorded: begun before migration 0003) ended without "
+        "finishing it"
+    )
+    assert _state(engine, "old").status == "ABORTED"
+
+
+def test_sqlite_lock_files_go_with_their_runs(sqlite_url: str) -> None:
+    from service.db import make_engine
+    from service.runlocks import lock_dir
+
+    engine = make_engine(sqlite_url)
+    try:
+        run_id = begin_run(engine, "dc1", "Synthetic", T0, T0 + dt.timedelta(hours=1), NOW)
+        directory = lock_dir(engine)
+        assert directory is not None
+        assert os.listdir(directory) == [f"{_run(engine, run_id).owner_lock}.lock"]
+        finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {}, NOW)
+        assert os.listdir(directory) == []
+    finally:
+        engine.dispose()
