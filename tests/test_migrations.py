@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import Engine, inspect, text
+from sqlalchemy.exc import OperationalError
 from sqlmodel import SQLModel
 
 import service.models  # noqa: F401
 from migrations.support import compare_type
-from service.db import current_revision, downgrade, head_revision, make_engine, migrate
+from service.db import MigrationError, current_revision, downgrade, head_revision, make_engine, migrate
 
 
 def _diff(url: str) -> list[object]:
@@ -67,3 +68,86 @@ def test_migrate_is_idempotent(sqlite_url: str) -> None:
         assert current_revision(engine) == head_revision()
     finally:
         engine.dispose()
+
+
+def _half_made_by_an_old_version(url: str, rows: bool = False) -> None:
+    """What a kill left in the first migration before migrations were atomic on SQLite: some of the
+    schema's tables, an empty alembic_version, no revision."""
+    engine = make_engine(url)
+    try:
+        tables = [SQLModel.metadata.tables[n] for n in ("billing_file", "billing_line", "connector_run")]
+        SQLModel.metadata.create_all(engine, tables=tables)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            if rows:
+                conn.execute(
+                    text(
+                        "INSERT INTO billing_file (source, source_file, rows_read, rows_accepted,"
+                        " rows_refused, rows_skipped, imported_at) VALUES ('cur', 'a.csv', 0, 0, 0, 0,"
+                        " '2025-09-01 00:00:00')"
+                    )
+                )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_migrate_completes_a_first_migration_an_old_version_left_half_done(
+    kind: str, tmp_path: Path, fresh_pg_database: Callable[[], AbstractContextManager[str]]
+) -> None:
+    with fresh_pg_database() if kind == "postgres" else nullcontext(f"sqlite:///{tmp_path / 'h.db'}") as url:
+        _half_made_by_an_old_version(url)
+        migrate(url)
+        engine = make_engine(url)
+        try:
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
+        assert _diff(url) == []
+
+
+def test_migrate_refuses_tables_with_rows_and_no_revision(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    _half_made_by_an_old_version(url, rows=True)
+    with pytest.raises(MigrationError) as caught:
+        migrate(url)
+    assert str(caught.value) == (
+        f"{url}: 4 of GPU Ledger's tables exist but no schema revision is recorded, and billing_file "
+        "hold rows: this is not a database an interrupted `gpu-ledger migrate` left behind, so it is "
+        "not changed. Point database_url at an empty database (or move this one aside) and run "
+        "`gpu-ledger migrate` again."
+    )
+    engine = make_engine(url)
+    try:  # nothing changed: the refusal rolled back
+        assert set(inspect(engine).get_table_names()) == {
+            "alembic_version",
+            "billing_file",
+            "billing_line",
+            "connector_run",
+        }
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_revision_leaves_the_schema_it_found(tmp_path: Path) -> None:
+    """Every revision one migrate applies commits together, on SQLite too: 0003 failing (its column
+    is there already) takes 0002's table and columns back with it."""
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    migrate(url, "0001")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE connector_run ADD COLUMN owner_pid INTEGER"))
+        before = _schema(engine)
+        with pytest.raises(OperationalError, match="duplicate column name: owner_pid"):
+            migrate(engine)
+        assert _schema(engine) == before
+        assert current_revision(engine) == "0001"
+        assert "api_token" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def _schema(engine: Engine) -> list[tuple[str, str]]:
+    with engine.connect() as conn:
+        return sorted(conn.execute(text("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")).all())
