@@ -155,10 +155,12 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    check_explicit,
     csv_chunks,
     open_stream,
     parquet_chunks,
     require_columns,
+    sane_period,
 )
 from connectors.cloud import auth_error, permission_error
 from service.billing.currencies import BILLING_CURRENCIES
@@ -230,13 +232,15 @@ REQUIRED = {
     "line_item_usage_amount": "lineItem/UsageAmount",
     "line_item_currency_code": "lineItem/CurrencyCode",
     "line_item_unblended_cost": "lineItem/UnblendedCost",
+    # Without it no line names its instance: the file would import as cost of nothing (a CUR
+    # exported without "include resource IDs"), so it is refused, naming the setting's column.
+    "line_item_resource_id": "lineItem/ResourceId",
 }
 OPTIONAL = (
     "bill_payer_account_id",
     "bill_billing_period_start_date",
     "bill_billing_period_end_date",
     "line_item_product_code",
-    "line_item_resource_id",
     "line_item_line_item_description",
     "product",
     "product_instance_type",
@@ -256,11 +260,12 @@ OPTIONAL = (
     "savings_plan_used_commitment",
     "resource_tags",
 )
+_PERIOD_COLUMNS = ("bill_billing_period_start_date", "bill_billing_period_end_date")
 _TIME_FORMATS = ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%.fZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S")
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 _INSTANCE_USAGE = r"^(?:BoxUsage|SpotUsage|DedicatedUsage|HostUsage|UnusedBox|UnusedDed|HeavyUsage):"
 _REGION_PREFIX = r"^[A-Z]{2,5}[0-9]{0,2}-"
-_DATA_SUFFIXES = (".csv", ".csv.gz", ".csv.zip", ".parquet", ".gz")
+_DATA_SUFFIXES = (".csv", ".csv.gz", ".csv.zip", ".zip", ".parquet", ".gz")
 _LEGACY_MANIFEST = re.compile(r"^(?P<dir>(?:.*/)?(?P<s>\d{8})-(?P<e>\d{8})/)[^/]+-Manifest\.json$")
 _CUR2_MANIFEST = re.compile(
     r"^(?P<base>(?:.*/)?)metadata/BILLING_PERIOD=(?P<y>\d{4})-(?P<m>\d{2})/[^/]+-Manifest\.json$"
@@ -506,14 +511,19 @@ class AwsCurConnector:
         plan: list[_File | BillingFileError] = []
         for key in keys:
             legacy, cur2 = _LEGACY_MANIFEST.match(key), _CUR2_MANIFEST.match(key)
-            if legacy:
-                folder, lo, hi = legacy["dir"], _day(legacy["s"]), _day(legacy["e"])
-                names_field, id_field = "reportKeys", "assemblyId"
-            elif cur2:
-                folder = f"{cur2['base']}data/BILLING_PERIOD={cur2['y']}-{cur2['m']}/"
-                lo, hi = _month(cur2["y"], cur2["m"])
-                names_field, id_field = "dataFiles", "executionId"
-            else:
+            try:
+                if legacy:
+                    folder, lo, hi = legacy["dir"], _day(legacy["s"]), _day(legacy["e"])
+                    names_field, id_field = "reportKeys", "assemblyId"
+                elif cur2:
+                    folder = f"{cur2['base']}data/BILLING_PERIOD={cur2['y']}-{cur2['m']}/"
+                    lo, hi = _month(cur2["y"], cur2["m"])
+                    names_field, id_field = "dataFiles", "executionId"
+                else:
+                    continue
+                _sane(lo, hi)
+            except ValueError as exc:
+                plan.append(BillingFileError(store.label(key), f"the folder names no billing period: {exc}"))
                 continue
             managed.append(folder)
             if not (lo < end and hi > start):
@@ -534,10 +544,23 @@ class AwsCurConnector:
                     )
                 else:
                     plan.append(_File(found, lo, hi, str(manifest.get(id_field) or "") or None))
+        explicit = isinstance(store, _LocalStore) and store.path.is_file()
         for key in keys:
+            if explicit and not _is_data(key):
+                try:
+                    check_explicit(store.path, (".csv", ".parquet"), "CUR")
+                except BillingFileError as error:
+                    plan.append(error)
+                continue
             if not _is_data(key) or any(key.startswith(folder) for folder in managed):
                 continue
-            lo_hi = _path_period(key)
+            try:
+                lo_hi = _path_period(key)
+                if lo_hi is not None:
+                    _sane(*lo_hi)
+            except ValueError as exc:
+                plan.append(BillingFileError(store.label(key), f"the folder names no billing period: {exc}"))
+                continue
             if lo_hi is not None:
                 if not (lo_hi[0] < end and lo_hi[1] > start):
                     continue
@@ -566,7 +589,7 @@ class AwsCurConnector:
                         period = _content_period(chunk, layout)
                         if period[0] is not None and not (period[0] < end and period[1] > start):
                             return  # a plain file of another billing period
-                lines, refused, seen = _normalize(chunk, layout, label, seen)
+                lines, refused, seen = _normalize(chunk, layout, label, seen, period)
                 yield BillingBatch(
                     lines=conform(lines),
                     source_file=label,
@@ -676,6 +699,13 @@ def _mapped(exc: Exception, what: str, cfg: AwsCurConfig) -> ConnectorError:
     return FatalSourceError(f"{SOURCE}: {what}: {type(exc).__name__}: {exc}")
 
 
+def _sane(lo: dt.datetime, hi: dt.datetime) -> None:
+    """A folder's period must be one (``sane_period``): ``00010101-99991231`` would make the import
+    replace and re-price every hour between."""
+    if not pl.select(sane_period(pl.lit(lo), pl.lit(hi))).item():
+        raise ValueError(f"{lo:%Y-%m-%d}..{hi:%Y-%m-%d} is not a month within 2000..2100")
+
+
 def _path_period(key: str) -> tuple[dt.datetime, dt.datetime] | None:
     if m := _CUR2_DIR.search(key):
         return _month(m[1], m[2])
@@ -749,6 +779,9 @@ def _content_period(chunk: pl.DataFrame, layout: _Layout) -> tuple[dt.datetime |
             for c in ("bill_billing_period_start_date", "bill_billing_period_end_date")
         )
     )
+    # only bounds that can be a billing period: a row naming 0001..9999 is refused, and must not
+    # widen what the import replaces and re-prices
+    parsed = parsed.filter(sane_period(pl.col(_PERIOD_COLUMNS[0]), pl.col(_PERIOD_COLUMNS[1])))
     lo, hi = parsed["bill_billing_period_start_date"].min(), parsed["bill_billing_period_end_date"].max()
     if not isinstance(lo, dt.datetime) or not isinstance(hi, dt.datetime):
         return None, None
@@ -808,9 +841,15 @@ def _canonical_tags(texts: pl.Series) -> dict[str, str | None]:
 
 
 def _normalize(
-    frame: pl.DataFrame, layout: _Layout, file: str, seen: pl.Series
+    frame: pl.DataFrame,
+    layout: _Layout,
+    file: str,
+    seen: pl.Series,
+    period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
 ) -> tuple[pl.DataFrame, list[RefusedRow], pl.Series]:
-    """A text chunk → (normalized lines, refused rows, line-key hashes seen in the file so far)."""
+    """A text chunk → (normalized lines, refused rows, line-key hashes seen in the file so far).
+    ``period``: the file's billing period when its path or manifest names one; else each row's
+    ``bill_billing_period_*`` bounds its usage dates."""
     col, name = layout.col, layout.spelled
     for optional in OPTIONAL:  # absent optional columns: null text under their CUR 2.0 name
         if optional not in layout.names and optional not in frame.columns:
@@ -828,6 +867,16 @@ def _normalize(
     start = checks.timestamp(n("line_item_usage_start_date"), *_TIME_FORMATS)
     end = checks.timestamp(n("line_item_usage_end_date"), *_TIME_FORMATS)
     checks.add(n("line_item_usage_end_date"), "usage end before its start", end < start)
+    checks.dates(n("line_item_usage_start_date"), start, n("line_item_usage_end_date"), end)
+    has_period = all(c in layout.names for c in _PERIOD_COLUMNS)
+    row_lo, row_hi = (checks.timestamp(n(c), *_TIME_FORMATS, required=has_period) for c in _PERIOD_COLUMNS)
+    checks.period(n(_PERIOD_COLUMNS[0]), row_lo, row_hi)
+    if period[0] is not None and period[1] is not None:
+        bounds = (pl.lit(period[0]).cast(UTC_TIME), pl.lit(period[1]).cast(UTC_TIME))
+        what = f"the file's billing period {period[0]:%Y-%m-%d}..{period[1]:%Y-%m-%d}"
+    else:
+        bounds, what = (row_lo, row_hi), "the row's billing period"
+    checks.within(n("line_item_usage_start_date"), start, n("line_item_usage_end_date"), end, bounds, what)
     amount = checks.decimal(n("line_item_usage_amount"))
     checks.add(
         n("line_item_usage_amount"),

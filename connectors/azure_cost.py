@@ -146,6 +146,7 @@ from connectors.azure_auth import build_credential, call_azure
 from connectors.base import ConfigurationError
 from connectors.billing import (
     MONEY,
+    UTC_TIME,
     BillingBatch,
     BillingConfig,
     BillingFileError,
@@ -158,6 +159,7 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    check_explicit,
     csv_chunks,
     export_files,
     file_kind,
@@ -200,7 +202,9 @@ VARIANTS: dict[str, list[str]] = {
     "BillingPeriodStartDate": [],
     "BillingPeriodEndDate": [],
 }
-REQUIRED = ("Date", "Quantity", "CostInBillingCurrency", "BillingCurrencyCode")
+#: ``ResourceId`` (or pay-as-you-go ``InstanceId``) is in every cost-details export; without it no
+#: line names its VM, and the file would import as cost of nothing — so its absence fails the file.
+REQUIRED = ("Date", "Quantity", "CostInBillingCurrency", "BillingCurrencyCode", "ResourceId")
 _CATEGORY = {
     "usage": ChargeCategory.USAGE.value,
     "unusedreservation": ChargeCategory.USAGE.value,
@@ -347,7 +351,7 @@ class AzureCostConnector:
         if self.config.blob_container_url is None:
             return _FileBatches(
                 [
-                    lambda path=path: self._read_path(path, str(path), _Planned(str(path)), start, end)
+                    lambda path=path: self._read_local(path, start, end)
                     for path in self.files()
                 ]
             )
@@ -362,6 +366,13 @@ class AzureCostConnector:
         self._owned.clear()
 
     # ---- one file, streamed
+
+    def _read_local(self, path: Path, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+        """A local file's batches; a file given explicitly that is no CSV export (nor a .zip of one)
+        is refused."""
+        if Path(str(self.config.path)).is_file():
+            check_explicit(path, _SUFFIXES, "Azure cost")
+        return self._read_path(path, str(path), _Planned(str(path)), start, end)
 
     def _read_path(
         self, path: Path, label: str, item: _Planned, start: dt.datetime, end: dt.datetime
@@ -400,7 +411,8 @@ class AzureCostConnector:
             read_rows = frame.height + len(refused)
             if dataset is None and _holds_commitment(frame):
                 dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
-            good, bad, duplicates, seen = _checked(frame, file, seen)
+            # usage dates are held to the file's period once known (folder, else the first chunk's)
+            good, bad, duplicates, seen = _checked(frame, file, seen, period)
             if from_content:
                 if first:
                     period = _period(good)
@@ -666,7 +678,10 @@ def _dataset_of_rows(frame: pl.DataFrame) -> Literal["amortized", "actual"]:
 
 
 def _checked(
-    frame: pl.DataFrame, file: str, seen: pl.DataFrame
+    frame: pl.DataFrame,
+    file: str,
+    seen: pl.DataFrame,
+    period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
 ) -> tuple[pl.DataFrame, list[RefusedRow], list[RefusedRow], pl.DataFrame]:
     """(good rows with parsed columns, rows failing a check, repeated lines, the line-key hashes
     seen in the file so far). A line equal to one of an earlier chunk is refused too: earlier
@@ -687,6 +702,17 @@ def _checked(
     quantity = pl.col("Quantity").str.strip_chars().cast(MONEY, strict=False)
     negative_ok = charge.is_in(["refund", "roundingadjustment"])
     checks.add("Quantity", "negative where none is allowed", (quantity < 0) & ~negative_ok)
+    # A row covers its UTC day; the billing period's end date is inclusive.
+    day, day_end = parsed["_date"], parsed["_date"].dt.truncate("1d") + pl.duration(days=1)
+    checks.dates("Date", day, "Date", day_end)
+    row_period = (parsed["_period_start"], parsed["_period_end"] + pl.duration(days=1))
+    checks.period("BillingPeriodStartDate", *row_period)
+    if period[0] is not None and period[1] is not None:
+        bounds = (pl.lit(period[0]).cast(UTC_TIME), pl.lit(period[1]).cast(UTC_TIME))
+        what = f"the file's billing period {period[0]:%Y-%m-%d}..{period[1]:%Y-%m-%d}"
+    else:
+        bounds, what = row_period, "the row's billing period"
+    checks.within("Date", day, "Date", day_end, bounds, what)
     good, bad = checks.split(frame, parsed)
     good, duplicates = refuse_duplicates(good, file)
     good = good.with_columns(pl.col("line_key").hash(seed=0).alias("_hash"))

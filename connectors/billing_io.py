@@ -165,6 +165,24 @@ def require_columns(frame: pl.DataFrame, file: str, required: Iterable[str]) -> 
         )
 
 
+#: No billing line is charged before EARLIEST or from LATEST on: a date outside (``0001-01-01``,
+#: year 9999) is a broken export, and one such row would make re-pricing walk every hour between it
+#: and the rest of the bill.
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+#: A usage line may start or end this far outside its billing period (hour-of-day boundaries, time
+#: zones of the invoice); further out it belongs to another bill.
+PERIOD_MARGIN = dt.timedelta(days=1)
+#: A billing period is a calendar month at most (AWS, Google Cloud, Azure and FOCUS exports alike).
+LONGEST_PERIOD = dt.timedelta(days=31)
+
+
+def sane_period(start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """A billing period ``[start, end)`` that can be one: between EARLIEST and LATEST, not empty, a
+    month at most."""
+    return (start >= EARLIEST) & (end <= LATEST) & (end > start) & ((end - start) <= LONGEST_PERIOD)
+
+
 class Checks:
     """Per-row checks of one frame: each :meth:`add` is a column and an expression true for a bad
     row; :meth:`split` keeps the first failure of every row and returns the good rows and the
@@ -206,6 +224,35 @@ class Checks:
         if required:
             self.add(column, "empty where a timestamp is required", empty)
         return value
+
+    def dates(self, start_column: str, start: pl.Expr, end_column: str, end: pl.Expr) -> None:
+        """Refuses usage dates outside ``EARLIEST..LATEST`` (naming the column)."""
+        reason = f"outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}: not a billing date"
+        self.add(start_column, reason, (start < EARLIEST) | (start >= LATEST))
+        self.add(end_column, reason, (end <= EARLIEST) | (end > LATEST))
+
+    def period(self, column: str, start: pl.Expr, end: pl.Expr) -> None:
+        """Refuses a billing period that cannot be one (:func:`sane_period`); null bounds pass."""
+        reason = (
+            f"not a billing period: it must lie in {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}, end after it"
+            f" starts and last {LONGEST_PERIOD.days} days at most"
+        )
+        self.add(column, reason, ~sane_period(start, end))
+
+    def within(
+        self,
+        start_column: str,
+        start: pl.Expr,
+        end_column: str,
+        end: pl.Expr,
+        period: tuple[pl.Expr, pl.Expr],
+        what: str,
+    ) -> None:
+        """Refuses usage starting before the billing period ``period`` (``[start, end)``, per row or
+        a literal) or ending after it, by more than ``PERIOD_MARGIN``; ``what`` names the period."""
+        margin = f"by more than {PERIOD_MARGIN.days} day"
+        self.add(start_column, f"starts before {what} {margin}", start < period[0] - PERIOD_MARGIN)
+        self.add(end_column, f"ends after {what} {margin}", end > period[1] + PERIOD_MARGIN)
 
     def currency(self, column: str, known: Iterable[str]) -> pl.Expr:
         """``column`` upper-cased; an unknown ISO 4217 code is refused."""
@@ -510,6 +557,50 @@ def _stream_error(label: str, exc: BaseException, layers: list[str]) -> BillingF
     return BillingFileError(label, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
 
 
+#: Names of export files inside a ZIP archive (what a ZIP of several files is searched for).
+_EXPORT_NAMES = (".csv", ".csv.gz", ".jsonl", ".json", ".ndjson", ".parquet", ".gz")
+
+
+def zip_member(archive: zipfile.ZipFile, label: str) -> str:
+    """The export file a ZIP archive holds: its only member, else its only export file by name
+    (``.csv``, ``.jsonl``, ``.parquet``, …); none or several refuse the file, naming what it holds."""
+    members = [m for m in archive.namelist() if not m.endswith("/")]
+    if len(members) == 1:
+        return members[0]
+    exports = [m for m in members if m.lower().endswith(_EXPORT_NAMES)]
+    if len(exports) == 1:
+        return exports[0]
+    held = ", ".join(members[:5]) + (", …" if len(members) > 5 else "") if members else "nothing"
+    raise BillingFileError(
+        label,
+        f"a ZIP archive is read when it holds one export file (CSV, JSON Lines or Parquet); this one"
+        f" holds {len(exports)} among its {len(members)} members ({held})",
+    )
+
+
+def zip_member_name(path: Path) -> str | None:
+    """The name of the export file inside the ZIP archive ``path`` (None: not a readable ZIP of one)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return zip_member(archive, str(path))
+    except (BillingFileError, zipfile.BadZipFile, OSError):
+        return None
+
+
+def check_explicit(path: Path, suffixes: Iterable[str], source: str) -> None:
+    """A file named explicitly as the connector's ``path`` must be one it reads: an export file by
+    its name (optionally ``.gz``) or a ``.zip`` of one — anything else is refused with a message
+    rather than skipped in silence (a directory's other files are skipped)."""
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".zip") or any(name.endswith(s) for s in suffixes):
+        return
+    raise BillingFileError(
+        str(path),
+        f"not a {source} export file by its name: expected {', '.join(sorted(set(suffixes)))}"
+        " (optionally .gz), or a .zip of one",
+    )
+
+
 @contextlib.contextmanager
 def open_stream(path: Path, label: str) -> Iterator[tuple[Callable[[int], bytes], bool]]:
     """An export file's content as a stream — ``(read(n), compressed)`` — with a ZIP of one member
@@ -526,12 +617,10 @@ def open_stream(path: Path, label: str) -> Iterator[tuple[Callable[[int], bytes]
             if head == _ZIP_MAGIC:
                 layers.append("zip")
                 archive = stack.enter_context(zipfile.ZipFile(stream))
-                members = [m for m in archive.namelist() if not m.endswith("/")]
-                if len(members) != 1:
-                    raise BillingFileError(label, f"a ZIP export holds one file, this one {len(members)}")
-                with archive.open(members[0]) as probe:
+                member = zip_member(archive, label)
+                with archive.open(member) as probe:
                     head = probe.read(4)
-                stream = stack.enter_context(archive.open(members[0]))
+                stream = stack.enter_context(archive.open(member))
             if head[:2] == _GZIP_MAGIC:
                 layers.append("gzip")
                 stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))

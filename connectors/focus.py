@@ -122,9 +122,12 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    check_explicit,
     csv_chunks,
+    open_stream,
     parquet_chunks,
     require_columns,
+    sane_period,
     sha1_keys,
 )
 from service.billing.currencies import BILLING_CURRENCIES
@@ -251,6 +254,8 @@ class FocusConnector:
             return
         for path in paths:
             try:
+                if Path(self.config.path).is_file():
+                    check_explicit(path, SUFFIXES, "FOCUS")
                 yield from self.read_file(path, start, end)
             except BillingFileError as error:
                 yield error  # type: ignore[misc]
@@ -269,6 +274,7 @@ class FocusConnector:
             columns = [c for c in first[0].columns if c != LINE]
             version = detect_version(columns)
             require_columns(first[0], file, MANDATORY[version])
+            _require_resource_id(first[0], file)
             period, gpu_resources = _file_summary(local, parquet, file, columns)
             window = (start, end) if start is not None and end is not None else None
             if period is not None and window is not None and not _overlaps(period, *window):
@@ -312,6 +318,8 @@ class FocusConnector:
         try:
             with path.open("rb") as raw:
                 head = raw.read(4)
+                if head == _ZIP_MAGIC:
+                    return self._unzipped(path, file, stack)
                 if head[:2] != _GZIP_MAGIC:
                     return path, head == _PARQUET_MAGIC
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-focus-")))
@@ -324,6 +332,16 @@ class FocusConnector:
             raise BillingFileError(file, f"truncated or corrupt gzip stream ({exc})") from None
         except OSError as exc:
             raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
+        with local.open("rb") as plain:
+            return local, plain.read(4) == _PARQUET_MAGIC
+
+    def _unzipped(self, path: Path, file: str, stack: contextlib.ExitStack) -> tuple[Path, bool]:
+        """A ZIP archive's export file (gzip inside undone too) copied out to a temporary file."""
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-focus-")))
+        local = folder / "export"
+        with open_stream(path, file) as (read, _compressed), local.open("wb") as out:
+            while piece := read(self.block_bytes):
+                out.write(piece)
         with local.open("rb") as plain:
             return local, plain.read(4) == _PARQUET_MAGIC
 
@@ -345,7 +363,7 @@ class FocusConnector:
             yield from csv_chunks(read, file, rows, block=self.block_bytes)
 
 
-_GZIP_MAGIC, _PARQUET_MAGIC = b"\x1f\x8b", b"PAR1"
+_GZIP_MAGIC, _PARQUET_MAGIC, _ZIP_MAGIC = b"\x1f\x8b", b"PAR1", b"PK\x03\x04"
 #: Provider extension columns the mapping reads (null when a file lacks them).
 _EXTENSIONS: tuple[str, ...] = ("x_SkuDescription", "x_SkuDetails", "x_UsageType")
 #: The columns of the first pass (billing period, GPU resources).
@@ -353,6 +371,24 @@ _SUMMARY_COLUMNS: tuple[str, ...] = (
     "BillingPeriodStart", "BillingPeriodEnd", "ProviderName", "ResourceId", "CommitmentDiscountStatus",
     "SkuPriceDetails", "SkuMeter", "x_SkuDescription",
 )  # fmt: skip
+
+
+def _require_resource_id(frame: pl.DataFrame, file: str) -> None:
+    """``ResourceId`` is Conditional in FOCUS: present when the provider bills provisioned
+    resources — AWS, Google Cloud and Azure all do, so their export without it would import as
+    cost of no resource and is refused; a provider without resources (a SaaS bill) may omit it.
+    Its *values* stay nullable (purchases, taxes, credits name no resource)."""
+    if "ResourceId" in frame.columns or frame.is_empty():
+        return
+    clouds = frame.select(_provider().is_in(["aws", "gcp", "azure"]).fill_null(False).any()).item()
+    if clouds:
+        raise BillingFileError(
+            file,
+            'missing column "ResourceId": an AWS, Google Cloud or Azure FOCUS export names its resources'
+            " (the header is line 1)",
+            line=1,
+            column="ResourceId",
+        )
 
 
 def _overlaps(period: tuple[dt.datetime, dt.datetime], start: dt.datetime, end: dt.datetime) -> bool:
@@ -383,7 +419,8 @@ def _file_summary(
             block = block.with_columns(
                 pl.lit(None, dtype=pl.String).alias(c) for c in _SUMMARY_COLUMNS if c not in wanted
             )
-            span = block.filter(lo.is_not_null() & hi.is_not_null()).select(lo.min(), hi.max())
+            # records naming a period that cannot be one are refused, and must not widen the file's
+            span = block.filter(sane_period(lo, hi).fill_null(False)).select(lo.min(), hi.max())
             lo_hi.extend(v for v in span.row(0) if v is not None)
             found = block.filter(marked).select(_resource_id(_provider()).alias("r")).drop_nulls()
             gpus.update(found["r"].unique().to_list())
@@ -517,6 +554,11 @@ def _normalize(
         "not after ChargePeriodStart (the end is exclusive)",
         parsed["charge_end"] <= parsed["charge_start"],
     )
+    charge = (parsed["charge_start"], parsed["charge_end"])
+    checks.dates("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1])
+    billing = (parsed["_period_start"], parsed["_period_end"])
+    checks.period("BillingPeriodStart", *billing)
+    checks.within("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1], billing, "its billing period")
     good, refused = checks.split(frame, parsed)
 
     # The frame is in line order: the first of identical records is kept, the later ones refused —

@@ -71,6 +71,7 @@ from pydantic import Field, model_validator
 from connectors.base import ConfigurationError, FatalSourceError, RetriableError
 from connectors.billing import (
     MONEY,
+    UTC_TIME,
     BillingBatch,
     BillingConfig,
     BillingFileError,
@@ -83,6 +84,7 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    check_explicit,
     csv_chunks,
     export_files,
     file_kind,
@@ -94,6 +96,7 @@ from connectors.billing_io import (
     refuse_duplicates,
     require_columns,
     sha1_keys,
+    zip_member_name,
 )
 from connectors.cloud import auth_error, permission_error
 from service.billing.currencies import BILLING_CURRENCIES
@@ -306,7 +309,7 @@ class GcpBillingConnector:
         for frame, io_refused, read in self._frames(path, file, columns):
             good, refused = check(frame, file)
             yield good, [*io_refused, *refused], read
-        if file_kind(file, _SUFFIXES) not in ("csv", "parquet"):
+        if _kind(path) not in ("csv", "parquet"):
             # a JSONL chunk may lack a field other records have: required is what the file lacks
             require_columns(pl.DataFrame(schema=dict.fromkeys(columns, pl.Null)), file, _REQUIRED_TOP)
 
@@ -317,7 +320,7 @@ class GcpBillingConnector:
         a time: ``(frame, rows refused while reading, records read)``; ``columns`` collects the
         top-level fields of the JSONL records."""
         rows = self.config.chunk_rows
-        kind = file_kind(file, _SUFFIXES)
+        kind = _kind(path)
         with contextlib.ExitStack() as stack:
             read, compressed = stack.enter_context(open_stream(path, file))
             if kind == "parquet":
@@ -509,6 +512,19 @@ class GcpBillingConnector:
             self._client = None
 
 
+def _kind(path: Path) -> str:
+    """``jsonl``, ``csv`` or ``parquet`` by the file's name (a ``.zip``: by its member's); a file
+    named otherwise — given explicitly as ``path`` — is refused."""
+    name = str(path)
+    if name.lower().endswith(".zip"):
+        name = zip_member_name(path) or name
+    kind = file_kind(name, _SUFFIXES)
+    if kind is None:
+        check_explicit(Path(name), _SUFFIXES, "GCP billing")
+        raise BillingFileError(str(path), f"not a GCP billing export file by its name: {Path(name).name}")
+    return kind
+
+
 def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
     encoded = frame.select(pl.struct(pl.exclude(LINE)).struct.json_encode()).to_series()
     return pl.DataFrame({LINE: frame[LINE], "line_key": sha1_keys(encoded)})
@@ -668,6 +684,9 @@ def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.
     (``require=False``: a field it lacks is null, for a JSONL chunk checked file-wide)."""
     if require:
         require_columns(frame, file, _REQUIRED_TOP)
+    resource = frame.schema.get("resource")
+    if isinstance(resource, pl.Struct) and "global_name" not in {f.name for f in resource.fields}:
+        _no_global_name(file, "resource.global_name")
     system = _typed_list(frame, "system_labels", _LABEL)
     spec = system.list.eval(
         pl.element().filter(pl.element().struct.field("key") == "compute.googleapis.com/machine_spec")
@@ -684,9 +703,25 @@ def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.
     )
 
 
+def _no_global_name(file: str, column: str) -> None:
+    """A resource-level export names each resource by ``resource.global_name`` (the instance id the
+    ledger joins on); one that has ``resource.name`` but not it would import every row as cost of
+    no resource, so the file is refused. The standard export (no ``resource`` at all) is read: it
+    has no resources by design."""
+    raise BillingFileError(
+        file,
+        f'missing column "{column}": a resource-level export names each resource by it (the header is'
+        " line 1)",
+        line=1,
+        column=column,
+    )
+
+
 def _from_flat(frame: pl.DataFrame, file: str) -> pl.DataFrame:
     """A flat export (CSV, flat Parquet): labels and credits arrive as JSON text."""
     require_columns(frame, file, REQUIRED)
+    if "resource_name" in frame.columns and "resource_global_name" not in frame.columns:
+        _no_global_name(file, "resource_global_name")
     frame = frame.with_columns(pl.col(c).cast(pl.String) for c in frame.columns if c != LINE)
     labels = pl.lit(None, _LABEL)
     if "labels_json" in frame.columns:
@@ -780,6 +815,19 @@ def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow
     start = checks.timestamp("usage_start_time", *_TIME_FORMATS)
     end = checks.timestamp("usage_end_time", *_TIME_FORMATS)
     checks.add("usage_end_time", "usage_end_time is not after usage_start_time", end <= start)
+    checks.dates("usage_start_time", start, "usage_end_time", end)
+    # The billing period of a row is its invoice month; usage more than a day outside it is not
+    # this bill's (a 0001-01-01 start would make re-pricing walk two thousand years).
+    month = pl.col("invoice_month").str.strip_chars()
+    invoice = (month + "01").str.to_datetime("%Y%m%d", time_zone="UTC", strict=False, time_unit="us")
+    invoice = pl.when(month.str.contains(r"^\d{6}$")).then(invoice).cast(UTC_TIME)
+    has_month = month.is_not_null() & (month != "")
+    checks.add("invoice_month", "not an invoice month (YYYYMM)", has_month & invoice.is_null())
+    invoice_end = invoice.dt.offset_by("1mo")
+    checks.period("invoice_month", invoice, invoice_end)
+    checks.within(
+        "usage_start_time", start, "usage_end_time", end, (invoice, invoice_end), "its invoice month"
+    )
     currency = checks.currency("currency", BILLING_CURRENCIES)
     regular = cost_type == "regular"
     amount = checks.decimal("usage_amount", required=False)
