@@ -43,7 +43,9 @@ def batch(seq: int = 1, n: int = 3, start_ms: int = NOW_MS - 3_600_000) -> dict[
     return {
         "batch_id": f"host1:{seq}",
         "agent": "node-a",
-        "devices": [{"device_id": "GPU-1", "environment": "onprem", "gpu_model": "NVIDIA H200", "tdp_w": 700.0}],
+        "devices": [
+            {"device_id": "GPU-1", "environment": "onprem", "gpu_model": "NVIDIA H200", "tdp_w": 700.0}
+        ],
         "workloads": [{"workload_key": "k8s:ns/p/c", "team": "research"}],
         "samples": {
             "device_id": ["GPU-1"] * n,

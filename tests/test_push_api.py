@@ -87,9 +87,10 @@ def test_accept_then_replay_is_a_duplicate(client: TestClient, engine: Engine) -
     r = post(client, batch())
     assert (r.status_code, r.json()["duplicate"]) == (200, True)
     assert (_count(engine, PushedBatch), _count(engine, PushedSample)) == (1, 3)
+    exposition = client.app.state.telemetry.render().decode()  # what /metrics shows (it needs a token)
     metrics = {
         (s.name, s.labels.get("agent"), s.labels.get("outcome")): s.value
-        for f in text_string_to_metric_families(client.app.state.telemetry.render().decode())  # /metrics needs a token
+        for f in text_string_to_metric_families(exposition)
         for s in f.samples
         if s.name.startswith("gpu_ledger_push")
     }

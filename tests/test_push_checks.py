@@ -18,7 +18,13 @@ from service.push import store_batch
 from service.push_batch import BatchIn, content_sha256, parse_batch
 from service.timeutil import from_ms
 
-EMPTY = {"pushed_batch": 0, "pushed_sample": 0, "pushed_device": 0, "pushed_workload": 0, "connector_state": 0}
+EMPTY = {
+    "pushed_batch": 0,
+    "pushed_sample": 0,
+    "pushed_device": 0,
+    "pushed_workload": 0,
+    "connector_state": 0,
+}
 
 
 def _set(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -198,7 +204,9 @@ def _watermark(engine: Engine, at: dt.datetime | None = None) -> dt.datetime | N
     table = ConnectorState.__table__
     with engine.begin() as conn:
         if at is not None:
-            conn.execute(insert(table), [{"name": "node-a", "type": "agent", "status": "OK", "watermark": at}])
+            conn.execute(
+                insert(table), [{"name": "node-a", "type": "agent", "status": "OK", "watermark": at}]
+            )
         return conn.execute(select(table.c.watermark)).scalar_one()
 
 

@@ -4,7 +4,11 @@ What each answer means for a batch (meltano-style error classes):
 
 * 2xx (a ``{"duplicate": true}`` replay included) — the service has it: delete the spool file.
 * 400, 413, 422 — the batch itself is bad and will never be accepted: move it to ``rejected/``
-  and go on with the next (one bad batch must not block the node forever).
+  and go on with the next (one bad batch must not block the node forever). Nothing is deleted:
+  the file and a ``.reason`` stay there for a person, and each one is logged at error level.
+* 409 — the service holds *other* content under this batch id (two nodes share an ``agent_id``,
+  or the spool lost ``NEXT_SEQ``): retrying can never succeed, so the batch is quarantined in
+  ``rejected/`` the same way, with its own error line saying what to fix.
 * 401, 403 — wrong token or name: a configuration problem. Keep everything, back off.
 * 408, 429, 5xx, connection errors, timeouts — back off and retry the same batch.
 
@@ -27,7 +31,7 @@ from service.logging import get_logger
 
 log = get_logger(__name__)
 
-REJECT_STATUSES = frozenset({400, 413, 422})
+REJECT_STATUSES = frozenset({400, 409, 413, 422})
 
 
 def backoff_delay_s(failures: int, base_s: float, cap_s: float, rng: random.Random) -> float:
@@ -104,6 +108,12 @@ class Shipper:
             log.error(
                 "batch rejected by the service; quarantined", batch=path.name, to=str(target), reason=reason
             )
+            if response.status_code == 409:
+                log.error(
+                    "batch id reused: the service stored other content under it; give every node its "
+                    "own agent_id, and never delete the spool's NEXT_SEQ",
+                    batch=path.name,
+                )
             return "rejected"
         level = log.error if response.status_code in (401, 403) else log.warning
         level("ship failed", batch=path.name, status=response.status_code, body=response.text[:500])

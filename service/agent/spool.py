@@ -8,7 +8,7 @@ Layout of ``spool_dir``:
   JSON line per sampling tick (columnar samples, devices, workloads), appended and fsync'd.
 * ``<seq:012d>.batch`` — sealed batches (an atomic rename of the ``.open`` file), waiting to be
   shipped; deleted only after the service answered 2xx (a duplicate included).
-* ``rejected/`` — batches the service refused as malformed (400/413): kept for a person, never
+* ``rejected/`` — batches the service refused (400, 409, 413, 422): kept for a person, never
   retried, never deleted by the agent.
 
 Why one append-only file per batch whose name fixes its sequence number: a crash at any point
