@@ -10,7 +10,8 @@ Configuration (one ``[[connectors]]`` table per agent, or one for a fleet sharin
     [[connectors]]
     type = "agent"
     name = "gpu-node-17"      # agents push with `name = "gpu-node-17"` in their [agent] table
-    token = "…"               # bearer token the agents send (SecretStr, compared in constant time)
+    token = "…"               # DEPRECATED: agents now send a `push:gpu-node-17` API token
+                              # (gpu-ledger tokens create); this key is read for one more release
     period_s = 5              # the agents' sampling period: max_gap = 2 × period
     presence_gap_s = 3600     # see docs/ledger-semantics.md
     retention_days = 7        # staged batches received longer ago than this are deleted
@@ -55,7 +56,9 @@ class AgentConfig(ConnectorConfig):
     """``type = "agent"``: the samples agents pushed with this connector's ``name`` and ``token``."""
 
     type: str = "agent"
-    token: SecretStr = Field(min_length=16, description="bearer token of the agents pushing here")
+    token: SecretStr | None = Field(
+        None, min_length=16, description="deprecated: bearer token of the agents pushing here"
+    )
     period_s: float = Field(5.0, gt=0, le=3600, description="agents' sampling period, seconds")
     presence_gap_s: float = Field(3600.0, gt=0, description="silence that still counts as present")
     retention_days: float = Field(7.0, gt=0, description="days staged batches are kept after receipt")

@@ -22,7 +22,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connectors.agent import bound_connectors
+from service.auth.authenticate import Authenticator, build_authenticator
+from service.auth.middleware import AuthMiddleware
 from service.db import current_revision, head_revision, make_engine
+from service.limits.body import BodyLimit, BodySizeLimit, graphql_refusal, plain_refusal
 from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
@@ -96,13 +99,16 @@ def create_app(
     scheduler: Scheduler | None = None,
     graphql_app: ASGIApp | None = None,
     telemetry: Telemetry | None = None,
+    authenticator: Authenticator | None = None,
     clock: Callable[[], dt.datetime] = utc_now,
 ) -> Starlette:
     """The app on ``engine`` (default: one on ``settings.database_url``, disposed at shutdown).
 
     ``run_scheduler`` starts a :class:`Scheduler` of ``settings.connectors`` (or ``scheduler``)
-    with the app; ``graphql_app`` and ``telemetry`` replace the defaults (tests);
+    with the app; ``graphql_app``, ``telemetry`` and ``authenticator`` replace the defaults (tests);
     ``clock`` is the push endpoint's (sample times are checked against it).
+    Every path but ``/healthz`` and ``/readyz`` needs a caller (``service.auth.middleware``;
+    ``settings.auth`` says who may call); the push endpoint checks its callers itself.
     """
     owns_engine = engine is None
     engine = engine if engine is not None else make_engine(settings.database_url)
@@ -154,6 +160,16 @@ def create_app(
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
+    authenticator = authenticator or build_authenticator(settings.auth, engine)
+    # Added before the metrics middleware, so it runs inside it: refusals are counted too.
+    app.add_middleware(AuthMiddleware, authenticator=authenticator, self_checking=frozenset({PUSH_ROUTE}))
+    # Outside auth: an oversized body is refused before anything else looks at the request.
+    body_limits = {
+        "/graphql": BodyLimit(settings.limits.max_body_b, graphql_refusal),
+        PUSH_ROUTE: BodyLimit(settings.limits.max_push_body_b, plain_refusal),
+    }
+    app.add_middleware(BodySizeLimit, limits=body_limits)
     app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})
     app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
+    app.state.authenticator = authenticator
     return app

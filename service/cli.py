@@ -95,10 +95,17 @@ def serve(
     ] = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Migrate, then serve the GraphQL API and run the connectors on their intervals."""
+    """Migrate, then serve the GraphQL API and run the connectors on their intervals.
+
+    Every endpoint but /healthz and /readyz needs a token ([auth] in the config). --demo on a
+    loopback address allows anonymous reads; on any other address serve refuses to start
+    without a way to authenticate (see service.auth.serve_rules).
+    """
     import uvicorn
 
     from service.app import create_app
+    from service.auth.serve_rules import ServeRefused, serve_auth
+    from service.auth.tokens import TokenStore
     from service.bootstrap import prepare, sync_config
     from service.db import MigrationError, make_engine
 
@@ -106,6 +113,11 @@ def serve(
     engine = make_engine(settings.database_url)
     try:
         prepare(engine, settings)
+        try:
+            auth = serve_auth(settings.auth, host, demo=demo, active_tokens=TokenStore(engine).count_active())
+        except ServeRefused as exc:
+            raise fail(str(exc)) from None
+        settings = settings.model_copy(update={"auth": auth})
         if demo and not settings.connectors:
             from service.demo import with_demo
 
@@ -262,6 +274,7 @@ def billing_summary(result: Any) -> list[str]:
         f"{result.connector}: status={result.status} files={len(result.files)} failed={len(failed)} "
         f"read={result.read} accepted={result.accepted} refused={result.refused} "
         f"skipped={result.skipped} replaced={result.lines_replaced}"
+        + (f" {result.notice}" if getattr(result, "notice", None) else "")
     ]
     for f in result.files:
         if f.error:
@@ -271,6 +284,7 @@ def billing_summary(result: Any) -> list[str]:
             lines.append(
                 f"  {f.source_file}: read={f.read} accepted={f.accepted} refused={f.refused} "
                 f"skipped={f.skipped}" + (f" ({skipped})" if skipped else "")
+                + (f" {f.notice}" if getattr(f, "notice", None) else "")
             )
     if result.refused or failed:
         lines.append(
@@ -333,13 +347,14 @@ def list_connectors(config: ConfigOpt = None) -> None:
         states = {}  # not migrated yet: every connector is simply "never run"
     finally:
         engine.dispose()
-    table = Table("name", "type", "enabled", "status", "watermark", "last error", box=None)
+    table = Table("name", "type", "enabled", "status", "watermark", "last error", "notice", box=None)
     for c in settings.connectors:
         state = states.get(c.name)
         status = "DISABLED" if not c.enabled else (state.status if state else "NEVER_RUN")
         watermark = state.watermark.isoformat() if state and state.watermark else "-"
         error = (state.last_error or "-").splitlines()[0][:80] if state and state.last_error else "-"
-        table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, error)
+        notice = (state.notice or "-") if state else "-"
+        table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, error, notice)
     if not settings.connectors:
         typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
         return
@@ -357,3 +372,127 @@ def agent_command(
         run_agent(config)
     except AgentStartError as exc:
         raise fail(str(exc)) from None
+
+
+tokens_app = typer.Typer(
+    help="API tokens: create (the secret is shown once), list, revoke.", no_args_is_help=True
+)
+app.add_typer(tokens_app, name="tokens")
+
+
+def _token_store(config: Path | None) -> Any:
+    """The token store of the configured database, migrated first (works on a fresh database)."""
+    from service.auth.tokens import TokenStore
+    from service.db import make_engine
+    from service.db import migrate as run_migrate
+
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    run_migrate(engine)
+    return TokenStore(engine)
+
+
+def _cli_caller() -> str:
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name for this uid (containers)
+        return "cli"
+
+
+def _when(value: dt.datetime | None, none: str = "-") -> str:
+    return value.strftime("%Y-%m-%dT%H:%MZ") if value is not None else none
+
+
+@tokens_app.command("create")
+def tokens_create(
+    name: Annotated[str, typer.Option("--name", help="Unique name (shown in logs and audits).")],
+    scope: Annotated[
+        list[str],
+        typer.Option(
+            "--scope",
+            help="admin, read, metrics, read:project:NAME, read:team:NAME or push:CONNECTOR (repeatable).",
+        ),
+    ],
+    expires_days: Annotated[
+        int | None, typer.Option("--expires-days", help="Expire after this many days (default: never).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Create a token; its secret is printed alone on the last line, once (only its hash is kept)."""
+    from service.auth.audit import audit
+    from service.auth.principal import ScopeError
+    from service.auth.tokens import TokenError
+
+    store = _token_store(config)
+    try:
+        secret, info = store.create(name, scope, expires_days)
+    except (ScopeError, TokenError) as exc:
+        raise fail(str(exc)) from None
+    finally:
+        store.engine.dispose()
+    audit(
+        "token.create",
+        "ok",
+        name=info.name,
+        scopes=info.scopes,
+        caller=_cli_caller(),
+        expires_at=_when(info.expires_at, "never"),
+    )
+    typer.echo(
+        f'created token "{info.name}" with scopes {" ".join(info.scopes)}; '
+        f"expires {_when(info.expires_at, 'never')}"
+    )
+    typer.echo(
+        "the secret below is shown once (only its SHA-256 is stored); send it as "
+        "Authorization: Bearer <secret>"
+    )
+    typer.echo(secret)
+
+
+@tokens_app.command("list")
+def tokens_list(config: ConfigOpt = None) -> None:
+    """List tokens: name, scopes, created, expires, revoked, last used (never the secret)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    store = _token_store(config)
+    try:
+        tokens = store.list_all()
+    finally:
+        store.engine.dispose()
+    if not tokens:
+        typer.echo("no tokens (create one: gpu-ledger tokens create --name NAME --scope read)")
+        return
+    table = Table("name", "scopes", "created", "expires", "revoked", "last used", box=None)
+    for t in tokens:
+        table.add_row(
+            t.name,
+            " ".join(t.scopes),
+            _when(t.created_at),
+            _when(t.expires_at, "never"),
+            _when(t.revoked_at),
+            _when(t.last_used_at, "never"),
+        )
+    Console(width=200).print(table)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    name: Annotated[str, typer.Argument(help="The token's name.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Revoke a token: it is refused from the next request on (its name stays taken)."""
+    from service.auth.audit import audit
+    from service.auth.tokens import TokenError
+
+    store = _token_store(config)
+    try:
+        info = store.revoke(name)
+    except TokenError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        store.engine.dispose()
+    audit("token.revoke", "ok", name=info.name, scopes=info.scopes, caller=_cli_caller())
+    typer.echo(f'revoked token "{info.name}" at {_when(info.revoked_at)}')

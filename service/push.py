@@ -11,8 +11,11 @@ Wire format (JSON, ``Content-Type: application/json``, ``Authorization: Bearer <
 
 Answers: 200 ``{"batch_id", "duplicate": false, "samples": n}`` when stored; 200 with
 ``"duplicate": true`` for a batch id already stored (nothing is stored twice); 400 ``{"error",
-"field"}`` naming the first bad field; 401 without a bearer token; 403 for a token no agent
-connector has, or one that is not the named agent's; 413 over ``MAX_BODY_B``. The batch row and its
+"field"}`` naming the first bad field; 401 without a bearer token (or a revoked/expired one); 403
+for a token no agent connector has, or one that is not the named agent's; 413 over
+``[limits] max_push_body_b`` (``service.limits.body``, chunked bodies too).
+Tokens: a ``push:CONNECTOR`` API token, or (deprecated, one more release) the connector's
+configured ``token`` key (``service.auth.push_callers``). The batch row and its
 samples are written in one transaction; devices and workloads are upserted in it too, and a batch
 older than the agent connector's watermark moves the watermark back (see ``_rewind_watermark``).
 """
@@ -20,7 +23,6 @@ older than the agent connector's watermark moves the watermark back (see ``_rewi
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -34,13 +36,13 @@ from starlette.responses import JSONResponse, Response
 
 from connectors.agent import AgentConfig
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig
+from service.auth.push_callers import PushRefusal, push_caller, refuse_agent
 from service.models import ConnectorState, PushedBatch, PushedDevice, PushedSample, PushedWorkload
 from service.push_batch import BadBatch, BatchIn, check_batch, content_sha256, parse_batch
 from service.telemetry import Telemetry
 from service.timeutil import from_ms
 
 ROUTE = "/api/v1/batches"
-MAX_BODY_B = 64 * 1024 * 1024
 Clock = Callable[[], dt.datetime]
 
 
@@ -72,15 +74,6 @@ def _error(status: int, message: str, field: str | None = None, code: str | None
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = {"error": message, "field": field} | ({"code": code} if code else {})
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _agent_for(token: str, agents: list[AgentConfig]) -> str | None:
-    """The agent connector whose token this is; every token is compared, in constant time."""
-    found = None
-    for config in agents:
-        if hmac.compare_digest(token.encode(), config.token.get_secret_value().encode()):
-            found = config.name
-    return found
 
 
 Outcome = Literal["stored", "duplicate", "conflict"]
@@ -197,25 +190,22 @@ def batches_endpoint(
     metrics = PushMetrics.of(telemetry)
 
     async def post_batches(request: Request) -> Response:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        # Who may push: service.auth.push_callers (push:CONNECTOR tokens, or the deprecated
+        # connector `token` key); checked again against the batch's agent once it is parsed.
+        caller = push_caller(request.scope, request.headers.get("authorization"), agents)
+        if isinstance(caller, PushRefusal):
             metrics.batches.labels("", "rejected").inc()
-            return _error(401, "missing bearer token (Authorization: Bearer <token>)")
-        agent = _agent_for(token.strip(), agents)
-        if agent is None:
-            metrics.batches.labels("", "rejected").inc()
-            return _error(403, "token is not valid for any agent connector")
-        if int(request.headers.get("content-length") or 0) > MAX_BODY_B:
-            metrics.batches.labels(agent, "rejected").inc()
-            return _error(413, f"body larger than {MAX_BODY_B} bytes: ship smaller batches")
+            return _error(caller.status, caller.message, caller.field, caller.code)
+        agent = caller.label
         try:  # parsing 64 MiB takes seconds: never on the event loop
             batch = await run_in_threadpool(parse_batch, await request.body())
         except BadBatch as exc:
             metrics.batches.labels(agent, "rejected").inc()
             return _error(400, exc.message, exc.field, "INVALID_BATCH")
-        if batch.agent != agent:
+        if not caller.may_push(batch.agent) or batch.agent not in gap_s:
             metrics.batches.labels(agent, "rejected").inc()
-            return _error(403, f'token is not valid for agent "{batch.agent}"', "agent")
+            refusal = refuse_agent(request.scope, caller, batch.agent)
+            return _error(refusal.status, refusal.message, refusal.field, refusal.code)
         agent, now = batch.agent, clock()
         try:
             await run_in_threadpool(check_batch, batch, now, backfill_days[agent], agent)

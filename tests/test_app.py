@@ -22,7 +22,9 @@ async def stub_graphql(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def _client(engine: Engine, **kw: object) -> TestClient:
-    app = create_app(Settings(database_url=str(engine.url)), engine, graphql_app=stub_graphql, **kw)  # type: ignore[arg-type]
+    # Anonymous read: these tests are about the routes; tests/auth is about callers.
+    settings = Settings(database_url=str(engine.url), auth={"anonymous_read": True})
+    app = create_app(settings, engine, graphql_app=stub_graphql, **kw)  # type: ignore[arg-type]
     return TestClient(app)
 
 
@@ -84,7 +86,7 @@ def test_metrics(engine: Engine) -> None:
 
 
 def test_real_graphql_app(engine: Engine) -> None:
-    app = create_app(Settings(database_url=str(engine.url)), engine)
+    app = create_app(Settings(database_url=str(engine.url), auth={"anonymous_read": True}), engine)
     with TestClient(app) as client:
         r = client.post("/graphql", json={"query": "{ __typename }"})
         assert r.status_code == 200 and r.json()["data"]["__typename"] == "Query"

@@ -234,7 +234,8 @@ def test_cloud_connectors_run_from_config_and_answer_next_to_onprem(
     settings = load_settings(config)
     engine = make_engine(settings.database_url)
     try:
-        with TestClient(create_app(settings, engine)) as client:
+        reader = settings.model_copy(update={"auth": settings.auth.with_anonymous_read()})
+        with TestClient(create_app(reader, engine)) as client:
             window = {"start": H.isoformat(), "end": (H + dt.timedelta(hours=1)).isoformat()}
             query = """query($w: TimeWindow!) {
               connectors { name type status lastError }

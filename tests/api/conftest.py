@@ -27,7 +27,12 @@ def _free_port() -> int:
 
 
 def serve(engine: Engine, **settings: Any) -> Iterator[str]:
-    """``create_app`` on ``engine`` under uvicorn in a thread; yields the base URL."""
+    """``create_app`` on ``engine`` under uvicorn in a thread; yields the base URL.
+
+    Callers without a token read everything (``[auth] anonymous_read``) unless ``auth`` is given:
+    these tests are about answers; tests/api/test_scope_leak.py and tests/auth are about callers.
+    """
+    settings.setdefault("auth", {"anonymous_read": True})
     app = create_app(Settings(database_url=str(engine.url), **settings), engine)
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on")

@@ -58,7 +58,8 @@ def test_ingest_billing_then_cost_and_reconciliation(
         provider status billedGpuHours meteredGpuHours billedCost { amount } ledgerCost { amount } }
     }"""
     try:
-        with TestClient(create_app(settings, engine)) as client:
+        reader = settings.model_copy(update={"auth": settings.auth.with_anonymous_read()})
+        with TestClient(create_app(reader, engine)) as client:
             reply = client.post("/graphql", json={"query": query, "variables": {"w": WINDOW}}).json()
     finally:
         engine.dispose()
