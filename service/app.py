@@ -26,6 +26,7 @@ from service.auth.authenticate import Authenticator, build_authenticator
 from service.auth.middleware import AuthMiddleware
 from service.db import current_revision, head_revision, make_engine
 from service.limits.body import BodyLimit, BodySizeLimit, graphql_refusal, plain_refusal
+from service.limits.heap import freeze_startup_heap, thaw_heap
 from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
@@ -143,9 +144,11 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if run_scheduler and scheduler is not None:
             await scheduler.start()
+        freeze_startup_heap()  # short GC pauses under load (service.limits.heap)
         try:
             yield
         finally:
+            thaw_heap()
             if run_scheduler and scheduler is not None:
                 await scheduler.stop()
             if owns_engine:
