@@ -89,6 +89,10 @@ class Connector:
     last_run_at: dt.datetime | None = strawberry.field(description="Last run started (UTC).")
     last_success_at: dt.datetime | None = strawberry.field(description="Last successful run (UTC).")
     last_error: str | None = strawberry.field(description="Last error message, if the last run failed.")
+    notice: str | None = strawberry.field(
+        description="What the last run imported but the operator should know, e.g. billing lines in"
+        " currencies without an FX rate to the main one."
+    )
 
     @classmethod
     def of(cls, s: ConnectorState) -> Connector:

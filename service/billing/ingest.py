@@ -67,7 +67,7 @@ from sqlalchemy import Connection, Engine
 
 from connectors.base import ConnectorError, ConnectorStatus
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
-from service.billing import store
+from service.billing import currency_mix, store
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
 from service.models import BillingLine
@@ -115,6 +115,8 @@ class FileSummary:
     period_start: dt.datetime | None = None
     assembly_id: str | None = None
     error: str | None = None
+    currencies: dict[str, int] = field(default_factory=dict)  # accepted lines per currency
+    notice: str | None = None  # imported, but the operator should know (currency_mix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,7 @@ class BillingImportResult:
     skipped: int
     unknown_types: tuple[str, ...]
     lines_replaced: int
+    notice: str | None = None  # the run's currencies lacking FX rates (currency_mix.notice)
 
     @property
     def failed_files(self) -> tuple[FileSummary, ...]:
@@ -204,6 +207,15 @@ def ingest_billing(
     # watermark where it was, so the next run reads the window again.
     watermark = min(end, max(start, now)) if status == ConnectorStatus.OK else None
     finish_run(engine, name, run_id, status, importer.totals(), now, watermark=watermark, error=error)
+    currencies: dict[str, int] = {}
+    for f in files:
+        for currency, n in f.currencies.items():
+            currencies[currency] = currencies.get(currency, 0) + n
+    with engine.begin() as conn:
+        notice = currency_mix.notice(currencies, currency_mix.fx_pairs(conn))
+        currency_mix.set_connector_notice(conn, name, notice)
+    if notice:
+        log.warning("billing %s: %s", name, notice)
     result = BillingImportResult(
         connector=name,
         start=start,
@@ -217,6 +229,7 @@ def ingest_billing(
         skipped=sum(f.skipped for f in files),
         unknown_types=unknown,
         lines_replaced=importer.replaced,
+        notice=notice,
     )
     return result
 
@@ -323,6 +336,7 @@ class _Importer:
         # Counted against the batch's file: refusals are counted where the rows were read.
         summary.refused += len(batch.refused) + len(refused)
         summary.accepted += lines.height
+        currency_mix.count(lines, summary.currencies)
         unit.written += store.insert_lines(unit.conn, self.source, lines)
         store.insert_rejections(unit.conn, self.run_id, self.source, [*batch.refused, *refused])
         if lines.height:
@@ -443,6 +457,9 @@ class _Importer:
             return
         try:
             now = self.clock()
+            pairs = currency_mix.fx_pairs(unit.conn)
+            for summary in unit.files.values():
+                summary.notice = currency_mix.notice(summary.currencies, pairs)
             store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
             unit.conn.commit()
         finally:
@@ -495,6 +512,7 @@ def _file_row(summary: FileSummary, now: dt.datetime) -> dict[str, object]:
         "rows_refused": summary.refused,
         "rows_skipped": summary.skipped,
         "error": summary.error,
+        "notice": summary.notice,
         "imported_at": now,
     }
 
