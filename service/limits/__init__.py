@@ -6,7 +6,7 @@ it hit and what to change::
     [limits]
     max_body_b = 1048576             # POST /graphql body (bytes), chunked bodies too → 413 PAYLOAD_TOO_LARGE
     max_push_body_b = 67108864       # POST /api/v1/batches body (bytes) → 413 {"error": …}
-    max_depth = 12                   # field nesting of a GraphQL operation → QUERY_TOO_DEEP
+    max_depth = 12                   # fields nested below a root field (root = 0) → QUERY_TOO_DEEP
     max_aliases = 30                 # aliased fields in one document → TOO_MANY_ALIASES
     max_tokens = 2000                # lexical tokens (and comments) of a document → TOO_MANY_TOKENS
     request_timeout_s = 30.0         # one GraphQL request's time; its SQL is cancelled → QUERY_TIMEOUT
