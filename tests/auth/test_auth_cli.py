@@ -55,13 +55,17 @@ def test_list_and_revoke_never_show_the_secret(sqlite_url: str) -> None:
     )
     secret = out.splitlines()[-1]
     assert code == 0 and secret not in err
+    (audit,) = [line for line in err.splitlines() if "[gpu_ledger.audit]" in line]
+    assert "action=token.create" in audit and "name=bi" in audit and "scopes=read:project:atlas" in audit
     code, out, _ = run(db, "tokens", "list")
     header, row = out.strip().splitlines()
     assert header.split() == ["name", "scopes", "created", "expires", "revoked", "last", "used"]
     assert row.split()[0:2] == ["bi", "read:project:atlas"] and row.split()[-2:] == ["-", "never"]
     assert secret not in out and secret[4:12] not in out
-    code, out, _ = run(db, "tokens", "revoke", "bi")
+    code, out, err = run(db, "tokens", "revoke", "bi")
     assert code == 0 and out.startswith('revoked token "bi" at ')
+    (audit,) = [line for line in err.splitlines() if "[gpu_ledger.audit]" in line]
+    assert "action=token.revoke" in audit and "name=bi" in audit and "outcome=ok" in audit
     _, out, _ = run(db, "tokens", "list")
     assert out.strip().splitlines()[1].split()[4] != "-"  # the revocation time
 
