@@ -247,3 +247,29 @@ def test_storing_clamps_the_rewind_at_backfill(engine: Engine) -> None:
     old = parse_batch(json.dumps(batch(start_ms=NOW_MS - 30 * 86_400_000)).encode())
     assert store_batch(engine, old, NOW, 3600.0, backfill_days=2) == "stored"
     assert _watermark(engine) == NOW - dt.timedelta(days=2)
+
+
+# --- 5. accepted on purpose: out-of-range readings and undescribed workloads -------------------------
+
+
+def test_out_of_range_readings_and_unknown_workloads_are_harmless(engine: Engine) -> None:
+    # A sensor's bad reading is the ledger's to refuse, one by one, while the batch's good ones go
+    # on; an undescribed workload key is ledgered without project or team, like any unattributed use.
+    from connectors.agent import AgentConfig, AgentConnector
+    from service.ledger.ingest import ingest_window
+    from service.models import LedgerHour, Rejection
+
+    body = batch(n=4)
+    body["samples"]["value"] = [-5.0, 150.0, 40.0, 40.0]
+    body["samples"]["workload_key"] = ["k8s:ns/p/c", "k8s:ns/p/c", "k8s:ns/p/c", "k8s:nobody/x/y"]
+    with push_client(engine) as client:
+        assert post(client, body).status_code == 200
+    connector = AgentConnector(AgentConfig(name="node-a", token="a" * 32), engine=engine, clock=lambda: NOW)
+    start = from_ms(body["samples"]["ts_ms"][0])
+    result = ingest_window(engine, "node-a", connector, start, NOW, clock=lambda: NOW)
+    assert (result.samples_read, result.samples_rejected) == (4, 2)
+    with engine.connect() as conn:
+        reasons = conn.execute(select(Rejection.__table__.c.reason)).scalars().all()
+        ledger = conn.execute(select(LedgerHour.__table__.c.workload_key, LedgerHour.__table__.c.team)).all()
+    assert sorted(r.split(" (")[0] for r in reasons) == ["utilization outside 0–100 %"] * 2
+    assert sorted(ledger) == [("k8s:nobody/x/y", None), ("k8s:ns/p/c", "research")]
