@@ -19,15 +19,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.auth.principal import Principal, check_scope
+from service.db import SQLITE_BUSY_TIMEOUT_MS
+from service.logging import get_logger
 from service.models import ApiToken
+
+log = get_logger(__name__)
 
 PREFIX = "gpl_"
 SECRET_BYTES = 32
 #: ``last_used_at`` is written at most this often per token, so reads don't write on every request.
 LAST_USED_EVERY = dt.timedelta(minutes=1)
+LAST_USED_WAIT_MS = 200
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 MAX_EXPIRES_DAYS = 3650
 
@@ -180,6 +185,23 @@ class TokenStore:
             return Refused(row.name, "token expired")
         last_used = _aware(row.last_used_at)
         if last_used is None or now - last_used >= LAST_USED_EVERY:
-            with self.engine.begin() as conn:
-                conn.execute(update(t).where(t.c.id == row.id).values(last_used_at=now))
+            self._note_use(row.id, row.name, now)
         return Principal.of(row.name, "token", row.scopes.split())
+
+    def _note_use(self, token_id: int, name: str, now: dt.datetime) -> None:
+        """Best effort: an ingest holding SQLite's write lock for a minute must neither refuse nor
+        stall a valid caller, so the update waits at most ``LAST_USED_WAIT_MS`` and is retried on
+        the caller's next request."""
+        t = self._table
+        try:
+            with self.engine.begin() as conn:
+                sqlite = conn.dialect.name == "sqlite"
+                if sqlite:
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout = {LAST_USED_WAIT_MS}")
+                try:
+                    conn.execute(update(t).where(t.c.id == token_id).values(last_used_at=now))
+                finally:
+                    if sqlite:
+                        conn.exec_driver_sql(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        except OperationalError as exc:
+            log.warning("token last_used_at not updated", name=name, error=type(exc).__name__)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import sqlite3
+import time
 
 import pytest
 from sqlalchemy import Engine, text
@@ -105,3 +107,23 @@ def test_names_are_unique_even_after_revocation(engine: Engine) -> None:
         store.create("bi", ["read"])
     with pytest.raises(TokenError, match='no token named "nope"'):
         store.revoke("nope")
+
+
+def test_a_busy_sqlite_writer_neither_refuses_nor_stalls_a_caller(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    store = TokenStore(engine, clock=Clock())
+    secret, _ = store.create("bi", ["read"])
+    writer = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # an ingest holding the write lock
+    try:
+        started = time.perf_counter()
+        assert store.authenticate(secret) == Principal.of("bi", "token", {"read"})
+        waited_s = time.perf_counter() - started
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert waited_s < 2  # not the 30 s busy timeout
+    assert store.list_all()[0].last_used_at is None  # noted on a later request instead
+    store.authenticate(secret)
+    assert store.list_all()[0].last_used_at == T0
+    engine.dispose()
