@@ -42,8 +42,18 @@ def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """A request refused before execution: ``{"errors": [{"message", "extensions": {"code"}}]}``."""
-    body = {"errors": [{"message": message, "extensions": {"code": code}}]}
+    body = {"errors": [{"message": clip(message), "extensions": {"code": code}}]}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+#: Longest message a client gets back: graphql-core quotes the offending value or name whole,
+#: so a 900 kB variable would otherwise come back in full (and again per error).
+MAX_MESSAGE_CHARS = 500
+
+
+def clip(message: str) -> str:
+    """``message``, cut to :data:`MAX_MESSAGE_CHARS` (the cut marked with ``…``)."""
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
 def _is_user_error(error: GraphQLError) -> bool:
@@ -60,7 +70,7 @@ def coded(error: GraphQLError) -> GraphQLError:
     else:
         message, code = "internal error", INTERNAL
     return GraphQLError(
-        message,
+        clip(message),
         nodes=error.nodes,
         source=error.source,
         positions=error.positions,
@@ -89,7 +99,7 @@ class LedgerSchema(Schema):
     ) -> None:
         for error in errors:
             if _is_user_error(error):
-                log.info("graphql user error: %s", error.message)
+                log.info("graphql user error: %s", clip(error.message))
             else:
                 original: Any = error.original_error
                 log.error("graphql resolver failed: %s", error.message, exc_info=original)

@@ -5,7 +5,8 @@ that): on the event loop, one large document stalls every other client, ``/healt
 :class:`LimitedParsing` moves them to the threadpool and refuses, each with its own code:
 
 * ``TOO_MANY_TOKENS``: more lexical tokens (or comments) than ``max_tokens``; the parser stops there.
-* ``QUERY_TOO_DEEP``: fields nested deeper than ``max_depth`` (or too deep to parse at all).
+* ``QUERY_TOO_DEEP``: fields nested deeper than ``max_depth`` (or too deep to parse at all, or
+  introspection nested past graphql-core's own limit).
 * ``TOO_MANY_ALIASES``: more aliased fields than ``max_aliases`` (1,000 aliases of one costly
   field would run it 1,000 times).
 
@@ -33,6 +34,7 @@ QUERY_TOO_DEEP = "QUERY_TOO_DEEP"
 TOO_MANY_ALIASES = "TOO_MANY_ALIASES"
 TOO_MANY_TOKENS = "TOO_MANY_TOKENS"
 SYNTAX = "GRAPHQL_VALIDATION_FAILED"  # the code syntax errors have always had
+INTROSPECTION_TOO_DEEP = "Maximum introspection depth exceeded"
 
 
 def _with_code(error: GraphQLError, code: str) -> GraphQLError:
@@ -73,7 +75,11 @@ def validate_limited(
         errors = validate(schema, document, [rule])
         if errors:
             return [_with_code(e, code) for e in errors]
-    return validate_document(schema, document, rules)
+    # graphql-core's own MaxIntrospectionDepthRule (introspection fields are not counted above).
+    return [
+        _with_code(e, QUERY_TOO_DEEP) if e.message == INTROSPECTION_TOO_DEEP else e
+        for e in validate_document(schema, document, rules)
+    ]
 
 
 def _limits_of(context: object) -> Limits:
