@@ -10,14 +10,19 @@ Wire format (JSON, ``Content-Type: application/json``, ``Authorization: Bearer <
                  "workload_key": [...], "share": [...]}}   # columnar, equal lengths, SAMPLE_SCHEMA units
 
 Answers: 200 ``{"batch_id", "duplicate": false, "samples": n}`` when stored; 200 with
-``"duplicate": true`` for a batch id already stored (nothing is stored twice); 400 ``{"error",
-"field"}`` naming the first bad field; 401 without a bearer token (or a revoked/expired one); 403
-for a token no agent connector has, or one that is not the named agent's; 413 over
+``"duplicate": true`` for a batch id already stored with the same content (nothing is stored
+twice); 409 ``{"error", "field": "batch_id", "code": "BATCH_ID_CONFLICT"}`` for a batch id stored
+with other content; 400 ``{"error", "field", "code": "INVALID_BATCH"}`` naming the first bad field
+(``service.push_batch`` says what is refused: NaN/Infinity, times before 2000, more than 1 h
+ahead or older than ``backfill_days``, sizes, repeats); 401 without a bearer token (or a
+revoked/expired one); 403 for a token no agent connector has, or one that is not the named
+agent's; 413 over
 ``[limits] max_push_body_b`` (``service.limits.body``, chunked bodies too).
 Tokens: a ``push:CONNECTOR`` API token, or (deprecated, one more release) the connector's
 configured ``token`` key (``service.auth.push_callers``). The batch row and its
 samples are written in one transaction; devices and workloads are upserted in it too, and a batch
-older than the agent connector's watermark moves the watermark back (see ``_rewind_watermark``).
+older than the agent connector's watermark moves the watermark back, never past now −
+``backfill_days`` (see ``_rewind_watermark``).
 """
 
 from __future__ import annotations
@@ -47,13 +52,13 @@ Clock = Callable[[], dt.datetime]
 
 
 class PushMetrics:
-    """``gpu_ledger_push_batches_total{agent, outcome}`` (accepted | duplicate | rejected) and
+    """``gpu_ledger_push_batches_total{agent, outcome}`` (accepted | duplicate | conflict | rejected) and
     ``gpu_ledger_push_samples_total{agent}``, registered once per :class:`Telemetry`."""
 
     def __init__(self, telemetry: Telemetry):
         self.batches = Counter(
             "gpu_ledger_push_batches",
-            "Pushed batches by agent connector and outcome (accepted, duplicate, rejected).",
+            "Pushed batches by agent connector and outcome (accepted, duplicate, conflict, rejected).",
             ["agent", "outcome"],
             registry=telemetry.registry,
         )
