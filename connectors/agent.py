@@ -101,7 +101,11 @@ class AgentConnector:
         if samples.is_empty():
             return
         # Batch ids make replays no-ops; this also covers an agent that lost its spool's sequence.
-        samples = samples.unique(subset=["device_id", "ts_ms", "metric", "workload_key"], keep="any")
+        # Of readings that disagree the largest value (then share) is kept, the ledger's own rule
+        # (service.ledger.normalize), so the result never depends on which batch came first.
+        samples = samples.sort(["value", "share"], descending=True).unique(
+            subset=["device_id", "ts_ms", "metric", "workload_key"], keep="first"
+        )
         yield SampleBatch(samples.select(SAMPLE_SCHEMA.keys()), self._devices(), self._workloads())
 
     def prune(self, *, force: bool = False) -> int:

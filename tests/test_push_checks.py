@@ -273,3 +273,22 @@ def test_out_of_range_readings_and_unknown_workloads_are_harmless(engine: Engine
         ledger = conn.execute(select(LedgerHour.__table__.c.workload_key, LedgerHour.__table__.c.team)).all()
     assert sorted(r.split(" (")[0] for r in reasons) == ["utilization outside 0–100 %"] * 2
     assert sorted(ledger) == [("k8s:nobody/x/y", None), ("k8s:ns/p/c", "research")]
+
+
+@pytest.mark.parametrize("order", [(10.0, 90.0), (90.0, 10.0)])
+def test_a_reading_sent_twice_under_two_batch_ids_keeps_the_largest_value(
+    engine: Engine, order: tuple[float, float]
+) -> None:
+    # Within a batch a repeated reading is refused; across batches (a node whose spool lost its
+    # sequence under a new agent_id) both are stored, and the connector must not keep an
+    # arbitrary one: the ledger's rule (the largest value wins) holds whatever arrived first.
+    from connectors.agent import AgentConfig, AgentConnector
+
+    with push_client(engine) as client:
+        for agent_id, value in zip(("host1", "host2"), order, strict=True):
+            body = batch(n=1)
+            body["batch_id"], body["samples"]["value"] = f"{agent_id}:1", [value]
+            assert post(client, body).status_code == 200
+    connector = AgentConnector(AgentConfig(name="node-a", token="a" * 32), engine=engine, clock=lambda: NOW)
+    (got,) = connector.collect(NOW - dt.timedelta(hours=2), NOW)
+    assert got.samples["value"].to_list() == [90.0]

@@ -32,8 +32,11 @@ from service.agent.spool import Spool
 from service.db import make_engine
 from service.ledger.ingest import ingest_window
 from service.models import LedgerHour
+from service.timeutil import floor_hour
 
-T0 = dt.datetime(2025, 9, 10, tzinfo=dt.UTC)
+# The agent's fake clock runs three hours behind the real one: the service checks sample times
+# against its real clock (none older than the connector's backfill_days, none in the future).
+T0 = floor_hour(dt.datetime.now(dt.UTC)) - dt.timedelta(hours=3)
 END = T0 + dt.timedelta(hours=2)
 KILL_AT, RESTART_AT = T0 + dt.timedelta(minutes=40), T0 + dt.timedelta(minutes=75)
 TOKEN = "e2e-token-0123456789abcdef"
