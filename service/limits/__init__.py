@@ -9,11 +9,15 @@ it hit and what to change::
     max_depth = 12                   # fields nested below a root field (root = 0) → QUERY_TOO_DEEP
     max_aliases = 30                 # aliased fields in one document → TOO_MANY_ALIASES
     max_tokens = 2000                # lexical tokens (and comments) of a document → TOO_MANY_TOKENS
-    request_timeout_s = 30.0         # one GraphQL request's time; its SQL is cancelled → QUERY_TIMEOUT
+    request_timeout_s = 30.0         # a GraphQL request's time; SQL still running then → QUERY_TIMEOUT
     max_concurrent_queries = 8       # GraphQL operations executing at once (0: no cap) → 503 OVERLOADED
     queue_wait_s = 0.5               # how long a request waits for one of those slots before the 503
     rate_per_minute = 600            # GraphQL requests per caller per minute (0: no limit) → 429 RATE_LIMITED
     rate_burst = 100                 # requests a caller may send at once before the rate applies
+
+The time limit starts when a request gets its query slot; each statement is given the time left
+and cancelled by the database when it runs out (PostgreSQL ``statement_timeout``, a SQLite
+progress handler). Parsing and validation are bounded by ``max_tokens`` instead.
 
 Each key can be set from the environment too: ``GPU_LEDGER_LIMITS__<KEY>`` (e.g.
 ``GPU_LEDGER_LIMITS__MAX_DEPTH=8``), which wins over the file.

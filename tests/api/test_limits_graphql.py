@@ -190,3 +190,13 @@ def test_limits_from_the_file_and_the_environment(tmp_path: Any, monkeypatch: py
     monkeypatch.setenv("GPU_LEDGER_LIMITS__MAX_DEPHT", "6")
     with pytest.raises(ConfigError, match=r"\[limits\]: key \"max_depht\": unknown key"):
         load_settings(config)
+
+
+def test_the_rate_is_counted_per_authenticated_caller() -> None:
+    from service.api.graphql import caller_key
+    from service.auth.principal import PRINCIPAL_KEY, Principal
+
+    token = Principal.of("grafana", "token", ["read"])
+    assert caller_key({PRINCIPAL_KEY: token, "client": ("10.0.0.1", 1)}) == "token:grafana"
+    assert caller_key({PRINCIPAL_KEY: token, "client": ("10.0.0.2", 1)}) == "token:grafana"  # any address
+    assert caller_key({"client": ("10.0.0.3", 1)}) == "anonymous@10.0.0.3"
