@@ -43,7 +43,7 @@ from connectors.agent import AgentConfig
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig
 from service.auth.push_callers import PushRefusal, push_caller, refuse_agent
 from service.models import ConnectorState, PushedBatch, PushedDevice, PushedSample, PushedWorkload
-from service.push_batch import BadBatch, BatchIn, check_batch, content_sha256, parse_batch
+from service.push_batch import BadBatch, BatchIn, backfill_start, check_batch, content_sha256, parse_batch
 from service.telemetry import Telemetry
 from service.timeutil import from_ms
 
@@ -119,7 +119,7 @@ def store_batch(
             _replace(conn, PushedWorkload, "workload_key", batch.agent, workloads, now)
             if head["first_ts_ms"] is not None:
                 reach = from_ms(head["first_ts_ms"]) + dt.timedelta(seconds=presence_gap_s)
-                _rewind_watermark(conn, batch.agent, reach, now - dt.timedelta(days=backfill_days))
+                _rewind_watermark(conn, batch.agent, reach, backfill_start(now, backfill_days))
     except IntegrityError:
         # The checks leave one constraint a valid batch can break: the same id committed by a
         # concurrent push. Decided by looking the id up; anything else is a bug, not a duplicate.

@@ -181,6 +181,13 @@ def _when(ts_ms: int) -> str:
         return str(ts_ms)
 
 
+def backfill_start(now: dt.datetime, backfill_days: float) -> dt.datetime:
+    """``now − backfill_days``, never before 2000-01-01 (nor an overflow, whatever the setting)."""
+    if backfill_days * 86_400 >= (now - EARLIEST).total_seconds():
+        return EARLIEST
+    return now - dt.timedelta(days=backfill_days)
+
+
 def check_batch(batch: BatchIn, now: dt.datetime, backfill_days: float, connector: str) -> None:
     """Refuse sample times the ledger cannot use, then readings given twice.
 
@@ -196,8 +203,8 @@ def check_batch(batch: BatchIn, now: dt.datetime, backfill_days: float, connecto
     if not ts:
         return
     earliest_ms, latest_ms = to_ms(EARLIEST), to_ms(now + MAX_AHEAD)
-    cutoff = now - dt.timedelta(days=backfill_days)
-    low_ms = max(earliest_ms, to_ms(cutoff))
+    cutoff = backfill_start(now, backfill_days)
+    low_ms = to_ms(cutoff)
     if min(ts) < low_ms or max(ts) > latest_ms:
         i, t = next((i, t) for i, t in enumerate(ts) if t < low_ms or t > latest_ms)
         field = f"samples.ts_ms.{i}"

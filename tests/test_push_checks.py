@@ -240,6 +240,19 @@ def test_the_backfill_edge_is_accepted(engine: Engine) -> None:
     assert _watermark(engine) == NOW - dt.timedelta(hours=23)
 
 
+def test_a_huge_backfill_setting_still_stops_at_2000(engine: Engine) -> None:
+    # now − 10⁹ days is no datetime: the floor is 2000-01-01, not an OverflowError on every push.
+    _watermark(engine, NOW)
+    body = batch(n=2)
+    body["samples"]["ts_ms"][1] = 946_684_799_999
+    with push_client(engine, backfill_days=1e9) as client:
+        r = post(client, body)
+        assert (r.status_code, r.json()["field"]) == (400, "samples.ts_ms.1")
+        assert "is before 2000-01-01" in r.json()["error"]
+        assert post(client, batch(start_ms=946_684_800_000)).status_code == 200
+    assert _watermark(engine) == from_ms(946_684_800_000) + dt.timedelta(hours=1)
+
+
 def test_storing_clamps_the_rewind_at_backfill(engine: Engine) -> None:
     # store_batch holds the line itself too, whatever a caller checked: a batch 30 days old
     # (bypassing check_batch) moves the watermark back to now − backfill_days, no further.
