@@ -3,18 +3,22 @@
 A declared ``Content-Length`` over the limit is refused before one byte of the body is read; a
 chunked body (no length) is counted while the app streams it and cut off as soon as it passes the
 limit, so neither kind can make the service buffer more than the limit. The refusal is HTTP 413
-with ``Connection: close``: the rest of the client's body is never read.
+with ``Connection: close``: the rest of the client's body is never read. A client that hangs up
+mid-body is logged as such, not as a failure of the app.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+log = logging.getLogger("gpu_ledger.limits")
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class BodySizeLimit:
             if started:  # the app answered before reading it all: nothing left to say
                 return
             await limit.refuse(too_large)(scope, receive, send)
+        except ClientDisconnect:  # the client left mid-body: no one to answer, nothing went wrong here
+            log.info("client left before sending its whole body: path=%s", scope["path"])
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -8,6 +8,8 @@ client meant to send; a document that takes ~1 s to validate does not stall ``/h
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -186,3 +188,45 @@ def test_concurrency_cap_answers_503_with_retry_after(sqlite_engine: Engine) -> 
                                           "extensions": {"code": "OVERLOADED"}}]}  # fmt: skip
     assert held[0].status_code == 200 and "errors" not in held[0].json()
     assert after.status_code == 200 and after.json() == {"data": {"devices": {"edges": []}}}
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_client_leaving_mid_body_is_not_an_error(
+    sqlite_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_ledger.limits")
+    records = _Records()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn")]  # uvicorn's don't propagate
+    for logger in loggers:
+        logger.addHandler(records)
+    settings: dict[str, Any] = {"connectors": [{"type": "agent", "name": "node-a", "token": PUSH_TOKEN}]}
+    try:
+        for base in serve(sqlite_engine, **settings):
+            port = int(base.rsplit(":", 1)[1])
+            for path in ("/graphql", "/api/v1/batches"):
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    head = [f"POST {path} HTTP/1.1", "Host: ledger", "Content-Type: application/json",
+                            "Content-Length: 1000"]  # fmt: skip
+                    if path != "/graphql":  # (anonymous reads /graphql; a push needs its token)
+                        head.append(f"Authorization: Bearer {PUSH_TOKEN}")
+                    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + b'{"query": ')
+                    time.sleep(0.2)
+            time.sleep(0.2)
+            assert httpx.get(f"{base}/healthz").status_code == 200
+    finally:
+        for logger in loggers:
+            logger.removeHandler(records)
+    assert not [r for r in records.records if r.levelno >= logging.ERROR or r.exc_info]
+    left = [r.getMessage() for r in records.records if r.name == "gpu_ledger.limits"]
+    assert left == [
+        "client left before sending its whole body: path=/graphql",
+        "client left before sending its whole body: path=/api/v1/batches",
+    ]
