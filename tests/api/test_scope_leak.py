@@ -263,3 +263,11 @@ def test_a_project_token_costs_only_its_project(callers: dict[str, Caller]) -> N
         {"project": "alpha", "unallocated": False, "cost": {"amount": "6.000000000", "currency": "USD"}}
     ]
     assert len(callers["all"].data(query, {"w": W})["cost"]) == 5  # the pool and four projects
+    # Asking for another project by filter, or for the pool, finds nothing either.
+    for flt in ({"project": ["beta"]}, {"team": ["web"]}, {"unallocated": True}):
+        for policy in ("SEPARATE", "SHARE_BY_USAGE", "SHARE_EVENLY"):
+            asked = query.replace(
+                "groupBy: [PROJECT]", f"groupBy: [PROJECT], filter: $f, idlePolicy: {policy}"
+            )
+            asked = asked.replace("query($w: TimeWindow!)", "query($w: TimeWindow!, $f: LedgerFilter)")
+            assert callers["alpha"].data(asked, {"w": W, "f": flt})["cost"] == [], (flt, policy)
