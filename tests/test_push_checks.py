@@ -305,3 +305,26 @@ def test_a_reading_sent_twice_under_two_batch_ids_keeps_the_largest_value(
     connector = AgentConnector(AgentConfig(name="node-a", token="a" * 32), engine=engine, clock=lambda: NOW)
     (got,) = connector.collect(NOW - dt.timedelta(hours=2), NOW)
     assert got.samples["value"].to_list() == [90.0]
+
+
+def test_samples_are_stored_exactly(engine: Engine) -> None:
+    # COPY on PostgreSQL goes through CSV text: floats, quotes, commas and '' must come back as sent.
+    body = batch(n=4)
+    body["devices"][0]["device_id"] = 'GPU-"1",x'
+    body["workloads"] = [{"workload_key": 'k8s:a,"b"/c'}]
+    body["samples"].update(
+        device_id=['GPU-"1",x'] * 4,
+        value=[0.1 + 0.2, 1e15, -0.0, 1 / 3],
+        workload_key=['k8s:a,"b"/c', "", 'k8s:a,"b"/c', ""],
+        share=[0.25, 1.0, 0.0, 1e-300],
+    )
+    with push_client(engine) as client:
+        assert post(client, body).status_code == 200
+    table = PushedSample.__table__
+    columns = [table.c[c] for c in ("device_id", "ts_ms", "metric", "value", "workload_key", "share")]
+    with engine.connect() as conn:
+        stored = conn.execute(select(*columns).order_by(table.c.row_no)).all()
+    s = body["samples"]
+    assert [tuple(r) for r in stored] == list(
+        zip(s["device_id"], s["ts_ms"], s["metric"], s["value"], s["workload_key"], s["share"], strict=True)
+    )
