@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import os
 import secrets
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -147,3 +148,17 @@ def owner_gone(engine: Engine, key: int) -> bool:
         path.unlink()
     os.close(fd)
     return True
+
+
+def sweep(engine: Engine, running: Collection[int]) -> int:
+    """Delete the lock files no process holds whose key no RUNNING run has (``running``): left by a
+    process killed between taking its lock and writing its run. Held ones (a run about to be
+    written) stay. SQLite only (PostgreSQL's locks leave nothing behind); the number deleted."""
+    directory = lock_dir(engine)
+    if directory is None or not directory.is_dir():
+        return 0
+    deleted = 0
+    for path in directory.glob("*.lock"):
+        if path.stem.isdigit() and int(path.stem) not in running and owner_gone(engine, int(path.stem)):
+            deleted += 1
+    return deleted

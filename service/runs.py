@@ -87,29 +87,34 @@ def finish_run(
 ) -> None:
     """Close run ``run_id``: status, counts (``read``/``accepted``/``rejected``/``rows``), error;
     with ``watermark``, record a success and move the watermark forward to it."""
-    with Session(engine) as session:
-        state = session.get(ConnectorState, name)
-        run = session.get(ConnectorRun, run_id)
-        assert state is not None and run is not None
-        state.status = status
-        state.last_error = error
-        if watermark is not None:
-            state.last_success_at = now
-            state.watermark = watermark if state.watermark is None else max(state.watermark, watermark)
-        run.status, run.finished_at, run.error = status, now, error
-        run.read, run.accepted, run.rejected, run.ledger_rows = (
-            totals.get("read", 0),
-            totals.get("accepted", 0),
-            totals.get("rejected", 0),
-            totals.get("rows", 0),
-        )
-        session.add_all([state, run])
-        session.commit()
-    # Only now: until the end is committed, the run must look alive to every other process.
-    with _held_guard:
-        lock = _held.pop(run_id, None)
-    if lock is not None:
-        lock.release()
+    try:
+        with Session(engine) as session:
+            state = session.get(ConnectorState, name)
+            run = session.get(ConnectorRun, run_id)
+            assert state is not None and run is not None
+            state.status = status
+            state.last_error = error
+            if watermark is not None:
+                state.last_success_at = now
+                state.watermark = watermark if state.watermark is None else max(state.watermark, watermark)
+            run.status, run.finished_at, run.error = status, now, error
+            run.read, run.accepted, run.rejected, run.ledger_rows = (
+                totals.get("read", 0),
+                totals.get("accepted", 0),
+                totals.get("rejected", 0),
+                totals.get("rows", 0),
+            )
+            session.add_all([state, run])
+            session.commit()
+    finally:
+        # Only now — until its end is committed, the run must look alive to every other process.
+        # Also when that failed (the database went away): the run is over either way, and a
+        # long-lived process (serve) must not keep it RUNNING until it exits; the next start or
+        # the connector's next run closes it as ABORTED.
+        with _held_guard:
+            lock = _held.pop(run_id, None)
+        if lock is not None:
+            lock.release()
 
 
 def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
@@ -142,6 +147,8 @@ def abort_orphaned_runs(
         for r in running
         if r.id not in mine and (r.owner_lock is None or runlocks.owner_gone(engine, r.owner_lock))
     ]
+    if connector is None:
+        runlocks.sweep(engine, {r.owner_lock for r in running if r.owner_lock is not None})
     aborted = []
     for run in gone:
         error = _abort_message(run, now)
@@ -179,7 +186,8 @@ def _abort_message(run: ConnectorRun, now: dt.datetime) -> str:
         else "the process running it (not recorded: begun before migration 0003)"
     )
     return (
-        f"aborted: {owner} ended without finishing it (killed or crashed); found at "
+        f"aborted: {owner} ended without finishing it (killed or crashed, or its end could not be "
+        f"written); found at "
         f"{now.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ} by {socket.gethostname()} pid {os.getpid()}. "
         "What it committed stays (whole days of a metrics window, whole billing periods); the "
         "watermark did not move, so the next run reads the window again."

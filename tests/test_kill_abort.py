@@ -115,7 +115,7 @@ def test_killed_owner_is_aborted_live_one_untouched(
     assert run.status == ConnectorStatus.ABORTED and run.finished_at == NOW
     assert run.error is not None and run.error.startswith(
         f"aborted: its process ({socket.gethostname()} pid {killed.proc.pid}) ended without finishing "
-        "it (killed or crashed); found at 2025-09-02T12:00:00Z"
+        "it (killed or crashed, or its end could not be written); found at 2025-09-02T12:00:00Z"
     )
     assert "the watermark did not move, so the next run reads the window again" in run.error
     # dc1 has another live run: its status stays RUNNING
@@ -184,3 +184,30 @@ def test_sqlite_lock_files_go_with_their_runs(sqlite_url: str) -> None:
         assert os.listdir(directory) == []
     finally:
         engine.dispose()
+
+
+def test_lock_files_of_processes_killed_before_their_run_was_written_are_swept(sqlite_url: str) -> None:
+    from service import runlocks
+    from service.db import make_engine
+
+    engine = make_engine(sqlite_url)
+    try:
+        held = runlocks.acquire(engine)  # a run about to be written: its lock stays
+        directory = runlocks.lock_dir(engine)
+        assert held is not None and directory is not None
+        (directory / "12345.lock").touch()  # what a process killed before writing its run leaves
+        abort_orphaned_runs(engine, NOW)
+        assert os.listdir(directory) == [f"{held.key}.lock"]
+        held.release()
+    finally:
+        engine.dispose()
+
+
+def test_a_run_whose_end_could_not_be_written_is_not_kept_running(engine: Engine) -> None:
+    run_id = begin_run(engine, "dc1", "Synthetic", T0, T0 + dt.timedelta(hours=1), NOW)
+    with engine.begin() as conn:  # the end cannot be written: its connector row is gone
+        conn.execute(ConnectorState.__table__.delete())
+    with pytest.raises(AssertionError):
+        finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {}, NOW)
+    assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [run_id]
+    assert _run(engine, run_id).status == "ABORTED"
