@@ -7,8 +7,10 @@ failed run prints one line and exits with 1. No tracebacks for either.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -380,16 +382,28 @@ tokens_app = typer.Typer(
 app.add_typer(tokens_app, name="tokens")
 
 
-def _token_store(config: Path | None) -> Any:
-    """The token store of the configured database, migrated first (works on a fresh database)."""
+@contextlib.contextmanager
+def _token_store(config: Path | None) -> Iterator[Any]:
+    """The token store of the configured database, migrated first (works on a fresh database);
+    a database that can't be reached or migrated is one error line, exit 1."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from service.auth.tokens import TokenStore
-    from service.db import make_engine
+    from service.db import MigrationError, make_engine
     from service.db import migrate as run_migrate
 
     settings = _settings(config)
     engine = make_engine(settings.database_url)
-    run_migrate(engine)
-    return TokenStore(engine)
+    try:
+        run_migrate(engine)
+        yield TokenStore(engine)
+    except MigrationError as exc:
+        raise fail(str(exc), FAILURE_EXIT) from None
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise fail(f"{settings.database_url_masked}: {type(exc).__name__}: {reason}", FAILURE_EXIT) from None
+    finally:
+        engine.dispose()
 
 
 def _cli_caller() -> str:
@@ -425,13 +439,11 @@ def tokens_create(
     from service.auth.principal import ScopeError
     from service.auth.tokens import TokenError
 
-    store = _token_store(config)
-    try:
-        secret, info = store.create(name, scope, expires_days)
-    except (ScopeError, TokenError) as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.engine.dispose()
+    with _token_store(config) as store:
+        try:
+            secret, info = store.create(name, scope, expires_days)
+        except (ScopeError, TokenError) as exc:
+            raise fail(str(exc)) from None
     audit(
         "token.create",
         "ok",
@@ -457,11 +469,8 @@ def tokens_list(config: ConfigOpt = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    store = _token_store(config)
-    try:
+    with _token_store(config) as store:
         tokens = store.list_all()
-    finally:
-        store.engine.dispose()
     if not tokens:
         typer.echo("no tokens (create one: gpu-ledger tokens create --name NAME --scope read)")
         return
@@ -487,12 +496,10 @@ def tokens_revoke(
     from service.auth.audit import audit
     from service.auth.tokens import TokenError
 
-    store = _token_store(config)
-    try:
-        info = store.revoke(name)
-    except TokenError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.engine.dispose()
+    with _token_store(config) as store:
+        try:
+            info = store.revoke(name)
+        except TokenError as exc:
+            raise fail(str(exc)) from None
     audit("token.revoke", "ok", name=info.name, scopes=info.scopes, caller=_cli_caller())
     typer.echo(f'revoked token "{info.name}" at {_when(info.revoked_at)}')

@@ -87,3 +87,10 @@ def test_mistakes_are_one_line_exit_2(sqlite_url: str, args: list[str], message:
     errors = [line for line in err.splitlines() if line.startswith("gpu-ledger: error:")]
     assert code == 2 and len(errors) == 1 and message in errors[0], err
     assert "Traceback" not in err and "gpl_" not in out
+
+
+def test_unreachable_database_is_one_line_exit_1() -> None:
+    code, out, err = run("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1", "tokens", "list")
+    errors = [line for line in err.splitlines() if line.startswith("gpu-ledger: error:")]
+    assert code == 1 and len(errors) == 1 and "OperationalError: connection failed" in errors[0], err
+    assert "Traceback" not in err and out == ""
