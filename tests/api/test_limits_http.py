@@ -65,12 +65,18 @@ class HealthProbe:
                     self.failures.append(r.text)
                 time.sleep(0.005)
 
+    def _wait_for(self, calls: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(self.latencies_s) < calls and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.005)
+
     def __enter__(self) -> HealthProbe:
         self._thread.start()
-        time.sleep(0.05)
+        self._wait_for(1)  # probing before the attack starts
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._wait_for(3)  # and a few calls more, however loaded the machine
         self._stop.set()
         self._thread.join(10)
 
