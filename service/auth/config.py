@@ -15,13 +15,16 @@
     oidc_jwks_min_refresh_s = 30    # an unknown `kid` refetches the keys at most this often
     oidc_jwks_timeout_s = 5         # JWKS fetch timeout
 
+``oidc_jwks_url`` must be ``https://`` (``http://`` only on a loopback address).
 Environment: ``GPU_LEDGER_AUTH__<KEY>=value`` (values starting with ``[`` or ``{`` are JSON).
 OIDC is on when ``oidc_issuer`` is set; it then needs ``oidc_audience`` and ``oidc_jwks_url``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,6 +34,16 @@ from service.auth.principal import ScopeError, check_scope
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is 127.0.0.0/8, ::1 or ``localhost`` (any other name may resolve anywhere)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class AuthSettings(BaseModel):
@@ -71,6 +84,16 @@ class AuthSettings(BaseModel):
                     check_scope(scope)
                 except ScopeError as exc:
                     raise ValueError(f"group {group!r}: {exc}") from None
+        return value
+
+    @field_validator("oidc_jwks_url")
+    @classmethod
+    def _jwks_over_tls(cls, value: str | None) -> str | None:
+        # Whoever can change the key set in transit can sign any JWT: TLS, except on loopback.
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback(parts.hostname or "")):
+                raise ValueError("must be an https:// URL (http:// only on a loopback address)")
         return value
 
     @model_validator(mode="after")

@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import ipaddress
-
-from service.auth.config import AuthSettings
+from service.auth.config import AuthSettings, is_loopback
 from service.logging import get_logger
 
 log = get_logger(__name__)
@@ -27,15 +25,6 @@ HOW_TO_CONFIGURE = (
 
 class ServeRefused(Exception):
     """``serve`` must not start; the message says how to configure authentication."""
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
 
 
 def serve_auth(auth: AuthSettings, host: str, *, demo: bool, active_tokens: int) -> AuthSettings:

@@ -154,6 +154,8 @@ def test_keys_already_fetched_survive_an_issuer_outage(issuer: Issuer, rsa_a: Ke
         ({"oidc_algorithms": ["RS256", "HS256"]}, "algorithm(s) HS256 not allowed"),
         ({"oidc_issuer": ISSUER}, "oidc_audience and oidc_jwks_url must be set too"),
         ({"oidc_group_scopes": {"g": ["write"]}}, "group 'g': unknown scope 'write'"),
+        ({"oidc_jwks_url": "http://idp.example.com/jwks"}, "https:// URL (http:// only on a loopback"),
+        ({"oidc_jwks_url": "file:///etc/jwks.json"}, "must be an https:// URL"),
     ],
 )
 def test_settings_refuse_unsafe_or_incomplete_oidc(values: dict[str, object], message: str) -> None:
