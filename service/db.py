@@ -26,6 +26,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlmodel import Session, SQLModel
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: PostgreSQL advisory lock held by the migrating transaction ("GPLM").
+MIGRATION_LOCK_KEY = 0x47504C4D
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,11 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as connection:
         if connection.dialect.name != "sqlite":
             with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    # Replicas starting together migrate one after the other: the next one finds
+                    # the schema at head instead of failing on "relation already exists".
+                    lock = text("SELECT pg_advisory_xact_lock(:key)")
+                    connection.execute(lock, {"key": MIGRATION_LOCK_KEY})
                 yield connection
             return
         dbapi = connection.connection.dbapi_connection

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -151,3 +153,24 @@ def test_a_failing_revision_leaves_the_schema_it_found(tmp_path: Path) -> None:
 def _schema(engine: Engine) -> list[tuple[str, str]]:
     with engine.connect() as conn:
         return sorted(conn.execute(text("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")).all())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_processes_migrating_together_all_succeed(
+    kind: str, tmp_path: Path, fresh_pg_database: Callable[[], AbstractContextManager[str]]
+) -> None:
+    """Replicas starting at once on a fresh database: one migrates, the others wait for it and
+    find the schema at head (without the lock: "relation billing_file already exists")."""
+    with fresh_pg_database() if kind == "postgres" else nullcontext(f"sqlite:///{tmp_path / 'c.db'}") as url:
+        code = "import sys; from service.db import migrate; migrate(sys.argv[1])"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], errors
+        engine = make_engine(url)
+        try:
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
