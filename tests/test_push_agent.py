@@ -6,7 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import polars as pl
-import pytest
+import structlog
 from push_client import NOW, NOW_MS, counts, post, push_client
 from sqlalchemy import Engine
 
@@ -29,22 +29,24 @@ def _spool(tmp_path: Path, batches: int, start_ms: int) -> Spool:
 
 
 def test_a_reused_batch_id_is_quarantined_loudly_and_the_next_batch_ships(
-    engine: Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    engine: Engine, tmp_path: Path
 ) -> None:
     spool = _spool(tmp_path, 2, NOW_MS - 600_000)
     with push_client(engine) as client:
         first = spool.payload(spool.pending()[0])
         first["samples"]["value"] = [51.0]  # the service already holds host1:1, with other content
         assert post(client, first).status_code == 200
-        result = Shipper(client, "/api/v1/batches", "a" * 32).ship(spool)
+        with structlog.testing.capture_logs() as logs:
+            result = Shipper(client, "/api/v1/batches", "a" * 32).ship(spool)
     assert (result.shipped, result.rejected, result.failed) == (1, 1, False)
     assert spool.pending() == []
     kept = tmp_path / "spool" / "rejected" / "000000000001.batch"
     assert kept.exists()  # nothing is lost: the readings stay on the node for a person
     reason = kept.with_suffix(".reason").read_text()
     assert reason.startswith("HTTP 409: ") and "BATCH_ID_CONFLICT" in reason
-    out = capsys.readouterr().out
-    assert "batch rejected by the service; quarantined" in out and "batch id reused" in out
+    errors = [e["event"] for e in logs if e["log_level"] == "error"]
+    assert errors[0] == "batch rejected by the service; quarantined"
+    assert errors[1].startswith("batch id reused: the service stored other content under it")
     assert counts(engine)["pushed_batch"] == 2
 
 

@@ -129,40 +129,30 @@ def test_the_content_hash_is_stored(engine: Engine) -> None:
     assert stored == content_sha256(parse_batch(json.dumps(batch()).encode()))
 
 
-@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 @pytest.mark.parametrize(("same", "outcome"), [(True, "duplicate"), (False, "conflict")])
 def test_a_concurrent_push_of_the_same_id_is_decided_by_looking_it_up(
-    pg_url: str, same: bool, outcome: str
+    engine: Engine, same: bool, outcome: str
 ) -> None:
     # The test holds the batch row uncommitted; the push's INSERT waits on it, then breaks the
     # primary key once the test commits: the IntegrityError path, made deterministic.
-    from conftest import empty_tables
-
-    from service.db import make_engine
-
-    engine = make_engine(pg_url)
-    empty_tables(engine)
     theirs = parse_batch(json.dumps(batch()).encode())
     sha = content_sha256(theirs) if same else "0" * 64
     result: list[str] = []
-    try:
-        with engine.connect() as holder:
-            tx = holder.begin()
-            holder.execute(
-                insert(PushedBatch.__table__),
-                [{"batch_id": "host1:1", "agent": "node-a", "received_at": NOW, "content_sha256": sha}],
-            )
-            pusher = threading.Thread(target=lambda: result.append(store_batch(engine, theirs, NOW)))
-            pusher.start()
-            time.sleep(0.3)  # the push is now blocked on the row's lock
-            assert result == []
-            tx.commit()
-            pusher.join(10)
-        assert result == [outcome]
-        assert counts(engine)["pushed_sample"] == 0
-    finally:
-        empty_tables(engine)
-        engine.dispose()
+    with engine.connect() as holder:
+        tx = holder.begin()
+        holder.execute(
+            insert(PushedBatch.__table__),
+            [{"batch_id": "host1:1", "agent": "node-a", "received_at": NOW, "content_sha256": sha}],
+        )
+        pusher = threading.Thread(target=lambda: result.append(store_batch(engine, theirs, NOW)))
+        pusher.start()
+        time.sleep(0.3)  # the push is now blocked on the row's lock
+        assert result == []
+        tx.commit()
+        pusher.join(10)
+    assert result == [outcome]
+    assert counts(engine)["pushed_sample"] == 0
 
 
 # --- 3. sample times: 2000-01-01 ≤ ts ≤ now + 1 h --------------------------------------------------
