@@ -27,9 +27,13 @@ the added dimensions away. So a scoped caller's rows are exactly an unrestricted
 its projects when it groups by them, and otherwise its own share of the pool: never another
 project's row or share.
 
-**Paging.** The policy and FX work on the whole answer in Python, so a page is cut after it: each
-page of ``cost`` costs the whole answer's SQL and Python work. Without ``first`` the row cap is
-checked first by counting the answer's groups in SQL (before pools are shared: an upper bound).
+**Paging and order.** Under ``SEPARATE`` without conversion there is nothing to share or convert:
+each SQL group is one answer row, so SQL orders the answer (period, dimensions NULL first, currency
+with unpriced time as XXX, unallocated), pages it and caps it (``max_result_rows + 1`` rows
+fetched). Otherwise the policy and FX work on the whole answer in Python, rows are sorted there the
+same way (by code point), and a page is cut after it: each page costs the whole answer's SQL and
+Python work; without ``first`` the row cap is checked first by counting the answer's groups in SQL
+(before pools are shared: an upper bound).
 """
 
 from __future__ import annotations
@@ -89,15 +93,18 @@ def _unallocated(src: Any) -> ColumnElement[int]:
 def _count_groups(conn: Connection, q: LedgerQuery) -> int:
     """Rows of the answer before pools are shared (an upper bound of the answer), counted in SQL."""
     src = q.source()
-    keys = key_columns(src, q, [src.c.currency.label("currency"), _unallocated(src).label("unallocated")])
+    extra = [src.c.currency.label("currency"), _unallocated(src).label("unallocated")]
+    keys = key_columns(src, q, extra, free=src.c.workload_key == "")
     groups = select(*keys).group_by(*keys).subquery("groups")
     return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
 
 
-def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool) -> list[_Part]:
+def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOLE) -> list[_Part]:
+    """One part per SQL group (per day too when ``by_day``), in the SQL order, ``page`` of them."""
     src = q.source()
     unalloc = _unallocated(src)
-    extra = [src.c.currency.label("currency"), unalloc.label("unallocated")]
+    # Unpriced time (currency NULL) groups as XXX, so SQL orders currencies as the answer names them.
+    extra = [func.coalesce(src.c.currency, NO_CURRENCY).label("currency"), unalloc.label("unallocated")]
     if by_day:
         extra.append(src.c.day_index.label("day"))
     measures = [
@@ -108,8 +115,9 @@ def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool) -> list[_Part]:
         func.min(src.c.rate_source).label("rs_min"),
         func.max(src.c.rate_source).label("rs_max"),
     ]
+    stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "")
     parts = []
-    for r in conn.execute(grouped_select(src, q, measures, extra)):
+    for r in page.check(conn.execute(page.apply(stmt)).all()):
         parts.append(
             _Part(
                 key=group_key(q, r),
@@ -233,6 +241,10 @@ def cost(
 ) -> list[CostRow]:
     """Cost rows per (period, group, currency); see the module docstring for policy, FX, access and paging."""
     target = check_currency(conn, currency) if currency is not None else None
+    if policy is IdlePolicy.SEPARATE and target is None:
+        # Nothing to share or convert: one SQL row per answer row (workload dimensions are NULL on
+        # the pool's rows in SQL already), in the SQL order, paged and capped there.
+        return [_row(p) for p in _sql_parts(conn, q, by_day=False, page=page)]
     if page.first is None and page.max_rows is not None:
         page.refuse_above(_count_groups(conn, q) - page.offset)
     account_wide = not q.access.everything and (policy is not IdlePolicy.SEPARATE or target is not None)
@@ -247,18 +259,18 @@ def cost(
     if account_wide:
         parts = _own(parts, q)
     parts.sort(key=_sort_key)
-    parts = page.slice(parts)
-    return [
-        CostRow(
-            key=p.key,
-            currency=p.currency,
-            cost=p.cost,
-            idle_cost=p.idle_cost,
-            shared_idle_cost=p.shared_idle_cost,
-            gpu_hours=p.gpu_hours,
-            unpriced_gpu_hours=p.unpriced_gpu_hours,
-            rate_source=one_of(min(p.rate_sources, default=None), max(p.rate_sources, default=None)),
-            unallocated=p.unallocated,
-        )
-        for p in parts
-    ]
+    return [_row(p) for p in page.slice(parts)]
+
+
+def _row(p: _Part) -> CostRow:
+    return CostRow(
+        key=p.key,
+        currency=p.currency,
+        cost=p.cost,
+        idle_cost=p.idle_cost,
+        shared_idle_cost=p.shared_idle_cost,
+        gpu_hours=p.gpu_hours,
+        unpriced_gpu_hours=p.unpriced_gpu_hours,
+        rate_source=one_of(min(p.rate_sources, default=None), max(p.rate_sources, default=None)),
+        unallocated=p.unallocated,
+    )

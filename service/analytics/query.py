@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Subquery, select
+from sqlalchemy import ColumnElement, Select, Subquery, case, null, select
 
 from service.analytics.access import Access
 from service.analytics.dims import NO_FILTER, Dimension, Granularity, LedgerFilter
@@ -54,22 +54,38 @@ class GroupKey:
 
 
 def key_columns(
-    src: Any, q: LedgerQuery, extra: Sequence[ColumnElement[Any]] = ()
+    src: Any,
+    q: LedgerQuery,
+    extra: Sequence[ColumnElement[Any]] = (),
+    *,
+    free: ColumnElement[bool] | None = None,
 ) -> list[ColumnElement[Any]]:
-    """The GROUP BY terms, labelled: period, grouped dimensions, then ``extra``."""
+    """The GROUP BY terms, labelled: period, grouped dimensions, then ``extra``.
+
+    ``free``: where it holds, workload dimensions read NULL (unallocated time belongs to nobody).
+    """
     cols: list[ColumnElement[Any]] = []
     period = period_key(src, q.granularity)
     if period is not None:
         cols.append(period.label(PERIOD))
-    cols += [src.c[d.column].label(d.name.lower()) for d in q.group_by]
+    for d in q.group_by:
+        col: ColumnElement[Any] = src.c[d.column]
+        if free is not None and d.is_workload:
+            col = case((free, null()), else_=col)
+        cols.append(col.label(d.name.lower()))
     return cols + list(extra)
 
 
 def grouped_select(
-    src: Any, q: LedgerQuery, measures: Sequence[ColumnElement[Any]], extra: Sequence[ColumnElement[Any]] = ()
+    src: Any,
+    q: LedgerQuery,
+    measures: Sequence[ColumnElement[Any]],
+    extra: Sequence[ColumnElement[Any]] = (),
+    *,
+    free: ColumnElement[bool] | None = None,
 ) -> Select[Any]:
     """SELECT keys, measures FROM src GROUP BY keys ORDER BY keys (NULLs first on every database)."""
-    keys = key_columns(src, q, extra)
+    keys = key_columns(src, q, extra, free=free)
     stmt = select(*keys, *measures)
     if keys:
         stmt = stmt.group_by(*keys).order_by(*(k.nulls_first() for k in keys))

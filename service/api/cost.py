@@ -116,10 +116,11 @@ class EffectiveCostRow(LedgerBucket):
 @strawberry.type
 class CostQuery:
     @strawberry.field(
-        description="Cost per period and group, split per currency unless `currency` is given. Idle "
-        "policies and conversion work on the whole answer, so each page (`first`/`after`) costs the "
-        "whole answer's work: narrow the window or groupBy rather than page through a large one. A "
-        "project- or team-scoped caller gets its own rows and, under SHARE_*, its own share of the pool."
+        description="Cost per period and group, split per currency unless `currency` is given. Under "
+        "SHARE_* or with `currency`, the policy and conversion work on the whole answer, so each page "
+        "(`first`/`after`) costs the whole answer's work: narrow the window or groupBy rather than page "
+        "through a large one (SEPARATE without `currency` pages in SQL). A project- or team-scoped "
+        "caller gets its own rows and, under SHARE_*, its own share of the pool."
     )
     async def cost(
         self,
