@@ -30,8 +30,9 @@ from service.models import ConnectorRun, ConnectorState
 
 log = logging.getLogger(__name__)
 
-# The runs this process is running now, and their locks (released by finish_run).
-_held: dict[int, runlocks.RunLock | None] = {}
+# The runs this process is running now — (database, run id) — and their locks (released by
+# finish_run). Keyed by database too: a process may use several (tests do).
+_held: dict[tuple[str, int], runlocks.RunLock | None] = {}
 _held_guard = threading.Lock()
 
 
@@ -70,7 +71,7 @@ def begin_run(
             lock.release()
         raise
     with _held_guard:
-        _held[run_id] = lock
+        _held[(_db(engine), run_id)] = lock
     return run_id
 
 
@@ -112,9 +113,13 @@ def finish_run(
         # long-lived process (serve) must not keep it RUNNING until it exits; the next start or
         # the connector's next run closes it as ABORTED.
         with _held_guard:
-            lock = _held.pop(run_id, None)
+            lock = _held.pop((_db(engine), run_id), None)
         if lock is not None:
             lock.release()
+
+
+def _db(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
 
 
 def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
@@ -141,7 +146,7 @@ def abort_orphaned_runs(
             query = query.where(ConnectorRun.connector == connector)
         running = list(session.execute(query).scalars())
     with _held_guard:
-        mine = set(_held)
+        mine = {run_id for db, run_id in _held if db == _db(engine)}
     gone = [
         r
         for r in running
