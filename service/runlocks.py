@@ -85,11 +85,13 @@ def acquire(engine: Engine) -> RunLock | None:
     directory = lock_dir(engine)
     if directory is None:
         return None
-    directory.mkdir(mode=0o700, exist_ok=True)
+    # Modes as the database's own files get (umask): another user running the CLI on the same
+    # database must be able to lock and remove them, as with SQLite's -wal and -shm files.
+    directory.mkdir(exist_ok=True)
     for _ in range(_ATTEMPTS):
         key = _new_key()
         path = directory / f"{key}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # a live run has this key
@@ -135,7 +137,7 @@ def owner_gone(engine: Engine, key: int) -> bool:
         return True  # in-memory: no other process (the caller skips the runs it owns itself)
     path = directory / f"{key}.lock"
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY)  # flock needs no write access
     except FileNotFoundError:
         return True  # its owner released it, after committing the run's end
     try:

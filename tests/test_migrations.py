@@ -174,3 +174,19 @@ def test_processes_migrating_together_all_succeed(
             assert current_revision(engine) == head_revision()
         finally:
             engine.dispose()
+
+
+def test_migrate_leaves_pooled_connections_as_the_engine_makes_them(tmp_path: Path) -> None:
+    """The migration's connection had the driver's transaction control switched off: it goes back
+    to the pool as every other connection is (legacy control, WAL, foreign keys, busy timeout)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'p.db'}", pool_size=1, max_overflow=0)
+    try:
+        migrate(engine)
+        with engine.connect() as conn:  # the one pooled connection: the migration's
+            assert conn.connection.dbapi_connection.isolation_level == ""  # type: ignore[union-attr]
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+            assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30_000
+            assert conn.execute(text("SELECT count(*) FROM connector_run")).scalar() == 0
+    finally:
+        engine.dispose()
