@@ -26,6 +26,8 @@ def _configure(connection: Any) -> None:
         compare_type=compare_type,
         render_item=render_item,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite ALTER needs table copies
+        # The connection is inside one real transaction on SQLite too (service.db.migration_connection).
+        transactional_ddl=True,
     )
 
 
