@@ -83,18 +83,24 @@ file is refused. ``resource_id`` = ``line_item_resource_id``; ``region`` =
 sorted, empty values dropped).
 
 **Bad input** (``connectors.billing_io``: one way of reporting for every parser): a missing
-column, an unreadable or truncated gzip/Parquet file, a non-UTF-8 header → the file is refused
-(:class:`BillingFileError`, yielded in place of its batch so the other files go on); a record cut
-short, non-UTF-8 bytes, a non-numeric amount, a negative usage amount on a usage line, an empty
-Savings Plan/RI effective cost where one is needed, an unknown currency or line item type, a
-usage end before its start, a tag map that is not JSON, a repeated line key → that row is
-refused, naming file, line and column; the good rows go on.
+column (``line_item_resource_id``/``lineItem/ResourceId`` included: a CUR without resource ids
+would import as cost of nothing), an unreadable or truncated gzip/Parquet file, a non-UTF-8
+header, a ZIP without one CSV, a file given as ``path`` whose name is no report file, a folder
+naming no billing period → the file is refused (:class:`BillingFileError`, yielded in place of
+its batch so the other files go on); a record cut short or too long, an unbalanced quote (that
+record alone: RFC 4180, see ``connectors.csv_records``), non-UTF-8 bytes, a non-numeric amount, a
+negative usage amount on a usage line, an empty Savings Plan/RI effective cost where one is
+needed, an unknown currency or line item type, a usage end before its start, a usage date outside
+2000..2100 or more than a day outside the billing period (the folder's, else the row's
+``bill_billing_period_*``), a billing period that is no timestamp or no month, a tag map that is
+not JSON, a repeated line key → that row is refused, naming file, line and column; the good rows
+go on.
 
 **Memory.** Columnar (Polars expressions; Python steps per file, chunk, refused row or *distinct*
 tag/product map, never per row). A file is streamed, never held whole: an S3 object is copied to a
 temporary file block by block (``GetObject``'s body, 1 MiB at a time; every S3 error happens
 before the file's first batch); ZIP and gzip are undone as streams (by magic bytes, whatever the
-name); a CSV is read in blocks and cut at line ends into chunks of about ``chunk_rows`` records
+name); a CSV is read in blocks and cut at record ends into chunks of about ``chunk_rows`` records
 (default 20,000; the mean record length of the first MiB times ``chunk_rows``), each parsed with
 the header in front and its line numbers shifted to the file's
 (``billing_io.csv_chunks``: the same cuts, refusals and lines as cutting the whole file); a

@@ -51,7 +51,7 @@ Streaming (issue 5: bounded memory)
 A file is never held whole. A gzip file (told by its magic bytes, whatever its name) is first
 decompressed once to its end and dropped, so a truncated or corrupt one is refused before its
 first batch, never half imported; then the (decompressed) CSV is read in blocks of
-``block_bytes`` and cut at line ends into chunks of about ``chunk_rows`` records
+``block_bytes`` and cut at record ends into chunks of about ``chunk_rows`` records
 (:func:`connectors.billing_io.csv_chunks`: every check of a whole-file read applies per chunk,
 line numbers are the file's). One :class:`BillingBatch` per chunk; ``read``/``refused`` count
 that chunk. A blob is first copied to a temporary file by the Storage SDK's chunked download

@@ -4,14 +4,21 @@ Every parser goes through the same steps, so every one reports bad input the sam
 
 1. :func:`read_bytes` — a local file or bytes fetched from S3/Blob; gzip is undone here (by its
    magic bytes, whatever the name); a truncated gzip stream is a :class:`BillingFileError`.
-2. :func:`csv_frame` / :func:`ndjson_records` / :func:`parquet_frame` — every column as text plus
-   ``_line`` (the line a CSV record starts on: the header is line 1; a JSONL record's line) and
-   the rows that cannot be read at all: bytes that are not UTF-8 (the row is refused, naming the
-   column that holds them), a record with fewer fields than the header (a truncated file).
+2. :func:`csv_chunks` / :func:`ndjson_records` / :func:`parquet_frame` — every column as text plus
+   ``_line`` (the physical line a CSV record starts on: the header is line 1; a JSONL record's
+   line) and the rows that cannot be read at all. CSV is cut into RFC 4180 records first
+   (:mod:`connectors.csv_records`: a quoted newline is one record; an unbalanced quote, a record
+   with more or fewer fields than the header, misquoting, bytes that are not UTF-8 → that record
+   alone is refused and reading goes on).
 3. :func:`require_columns` — a missing column refuses the whole file, naming it.
 4. :class:`Checks` — per-column conversions as Polars expressions (decimal money, timestamps,
-   currency codes), collecting for every row the first column that failed and why; refused rows
-   leave the frame with a :class:`RefusedRow` each, the good rows go on.
+   currency codes, usage dates within 2000..2100 and within their billing period ± 1 day, billing
+   periods that can be one), collecting for every row the first column that failed and why;
+   refused rows leave the frame with a :class:`RefusedRow` each, the good rows go on.
+
+A file named explicitly as a connector's ``path`` is read when it is an export by its name or a
+``.zip`` holding one (:func:`check_explicit`, :func:`zip_member`); anything else is refused with a
+message, never skipped in silence.
 
 Money is parsed from text straight to ``Decimal(38, 9)`` (Polars rounds half to even at the
 9th decimal), never through a float.

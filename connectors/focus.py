@@ -55,13 +55,13 @@ Mapping decisions (FORMATS.md §5.4; the why of each):
 **Streaming** (issue 5: a large export in bounded memory), as ``aws_cur`` does it with
 ``connectors.billing_io``: a gzip file is decompressed block by block to a temporary file first —
 which checks it to its end, so a truncated or corrupt one is refused before its first batch and
-never half imported — then read like a plain file. A CSV is read in blocks and cut at line ends
+never half imported — then read like a plain file. A CSV is read in blocks and cut at record ends
 into chunks of about ``chunk_rows`` records (``billing_io.csv_chunks``: each chunk parsed with the
 header in front, line numbers and refusals those of the whole file); a Parquet file is decoded
 ``chunk_rows`` records at a time (``billing_io.parquet_chunks``). The version detection and the
 mandatory-column check run once per file, on the first chunk's header. Two things need the whole
 file before its first batch, and come from a cheap first pass over only the columns they need
-(CSV: 4 MiB blocks cut at line ends, the header in front, only those columns parsed — Polars' lazy
+(CSV: 4 MiB blocks cut at record ends, the header in front, only those columns parsed — Polars' lazy
 ``scan_csv`` was tried and holds the whole file in memory; Parquet: a projected scan in batches):
 
 * **The billing period.** A FOCUS file may hold several billing periods (a provider may export
