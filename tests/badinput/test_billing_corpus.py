@@ -253,6 +253,10 @@ CASES = [
          [(3, None, "not JSON (truncated?): Unterminated string starting at at column 1639")], [1, 2]),
     Case("gcp-csv-missing-global-name", "gcp_billing", "gcp.csv", lambda: without(GCP_CSV, "resource_global_name"),
          1, (0, 0, 0), [(1, "resource_global_name", GLOBAL_NAME)], failed=f'line 1, column "resource_global_name": {GLOBAL_NAME}'),
+    Case("gcp-jsonl-resource-without-global-name", "gcp_billing", "gcp.jsonl",
+         lambda: jsonl(lambda rs: [r["resource"].pop("global_name") for r in rs]), 1, (0, 0, 0),
+         [(1, "resource.global_name", GLOBAL_NAME.replace("resource_global_name", "resource.global_name"))],
+         failed=f'line 1, column "resource.global_name": {GLOBAL_NAME.replace("resource_global_name", "resource.global_name")}'),
     Case("gcp-csv-unknown-extension", "gcp_billing", "gcp.tsv", lambda: render(*table(GCP_CSV)), 1, (0, 0, 0),
          [(None, None, "not a GCP billing export file by its name: expected .csv, .json, .jsonl, .ndjson, .parquet"
            " (optionally .gz), or a .zip of one")],
