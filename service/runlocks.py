@@ -22,11 +22,13 @@ import contextlib
 import fcntl
 import os
 import secrets
+import threading
 from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
 #: First half of PostgreSQL's two-key advisory locks: GPU Ledger's runs ("GPLR").
 PG_LOCK_NAMESPACE = 0x47504C52
@@ -71,7 +73,7 @@ class _PgLock:
         self.connection, self.key = connection, key
 
     def release(self) -> None:
-        # The session is closed, not returned to the pool: its lock goes with it, and no pooled
+        # The session is closed (it never was in a pool): its lock goes with it, and no pooled
         # session can ever hold (and so re-take: advisory locks are re-entrant) a run's lock.
         with contextlib.suppress(Exception):
             self.connection.invalidate()
@@ -104,8 +106,22 @@ def acquire(engine: Engine) -> RunLock | None:
     raise RuntimeError(f"no free run lock key in {directory} after {_ATTEMPTS} tries")
 
 
+_lock_engines: dict[str, Engine] = {}
+_lock_engines_guard = threading.Lock()
+
+
+def _lock_engine(engine: Engine) -> Engine:
+    """Connections for run locks come from an engine without a pool: a lock's session lives as
+    long as its run and must not take a place in the pool the ingest itself draws from."""
+    url = engine.url.render_as_string(hide_password=False)
+    with _lock_engines_guard:
+        if url not in _lock_engines:
+            _lock_engines[url] = create_engine(engine.url, poolclass=NullPool)
+        return _lock_engines[url]
+
+
 def _acquire_pg(engine: Engine) -> RunLock:
-    connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    connection = _lock_engine(engine).connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
         for _ in range(_ATTEMPTS):
             key = _new_key()

@@ -146,6 +146,7 @@ def test_next_run_of_the_connector_closes_the_dead_one(
 
 def test_own_runs_are_never_aborted(engine: Engine) -> None:
     run_id = begin_run(engine, "dc1", "Synthetic", T0, T0 + dt.timedelta(hours=1), NOW)
+    assert engine.pool.checkedout() == 0  # the run's lock takes no place in the engine's pool
     assert abort_orphaned_runs(engine, NOW) == []
     assert _run(engine, run_id).status == "RUNNING"
     finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {}, NOW, watermark=T0)
