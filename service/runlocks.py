@@ -32,6 +32,9 @@ from sqlalchemy.pool import NullPool
 
 #: First half of PostgreSQL's two-key advisory locks: GPU Ledger's runs ("GPLR").
 PG_LOCK_NAMESPACE = 0x47504C52
+#: How long after its host vanished a PostgreSQL run lock is dropped, about (see _acquire_pg).
+KEEPALIVE_S = 120
+_KEEPALIVE = {"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "10", "tcp_keepalives_count": "6"}
 _ATTEMPTS = 8  # fresh keys tried when one is taken (31-bit keys: a clash is already ~1e-9)
 
 
@@ -123,6 +126,11 @@ def _lock_engine(engine: Engine) -> Engine:
 def _acquire_pg(engine: Engine) -> RunLock:
     connection = _lock_engine(engine).connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
+        # A killed process's socket closes at once; a host that vanishes (power, network) closes
+        # nothing: the server probes this session's TCP connection and drops it — and the lock —
+        # within about KEEPALIVE_S instead of the operating system's default two hours.
+        for name, value in _KEEPALIVE.items():
+            connection.execute(text("SELECT set_config(:n, :v, false)"), {"n": name, "v": value})
         for _ in range(_ATTEMPTS):
             key = _new_key()
             got = connection.execute(
