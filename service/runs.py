@@ -132,8 +132,9 @@ def abort_orphaned_runs(
 ) -> list[ConnectorRun]:
     """Close as ``ABORTED`` the RUNNING runs (of ``connector``, or all) whose process is gone.
 
-    Gone: its lock is free (``service.runlocks``), or it has none — begun before migration 0003,
-    or in an in-memory database by a process that has ended. Runs of this process are skipped.
+    Gone: its lock is free (``service.runlocks``); without a lock, its pid is gone from this host
+    (a SQLite ``file:`` URI) or no owner was recorded (begun before migration 0003). Runs of this
+    process are skipped.
     Each gets ``finished_at`` and an ``error`` saying what happened; a connector whose status is
     still RUNNING and that has no other RUNNING run becomes ``ABORTED`` with the same message.
     Nothing else changes: the watermark did not move, so the next run reads the window again.
@@ -147,11 +148,7 @@ def abort_orphaned_runs(
         running = list(session.execute(query).scalars())
     with _held_guard:
         mine = {run_id for db, run_id in _held if db == _db(engine)}
-    gone = [
-        r
-        for r in running
-        if r.id not in mine and (r.owner_lock is None or runlocks.owner_gone(engine, r.owner_lock))
-    ]
+    gone = [r for r in running if r.id not in mine and _owner_gone(engine, r)]
     if connector is None:
         runlocks.sweep(engine, {r.owner_lock for r in running if r.owner_lock is not None})
     aborted = []
@@ -182,6 +179,22 @@ def abort_orphaned_runs(
         aborted.append(run)
         log.warning("run %s of connector %s aborted: %s", run.id, run.connector, error)
     return aborted
+
+
+def _owner_gone(engine: Engine, run: ConnectorRun) -> bool:
+    if run.owner_lock is not None:
+        return runlocks.owner_gone(engine, run.owner_lock)
+    if run.owner_pid is not None and run.owner_host == socket.gethostname():
+        # No lock could be taken (a SQLite "file:" URI): the pid, on this host — a reused pid
+        # keeps a dead run RUNNING, never the other way round.
+        try:
+            os.kill(run.owner_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, another user's
+        return False
+    return True  # begun before migration 0003 (no owner recorded), or on another host without a lock
 
 
 def _abort_message(run: ConnectorRun, now: dt.datetime) -> str:

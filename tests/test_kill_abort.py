@@ -212,3 +212,24 @@ def test_a_run_whose_end_could_not_be_written_is_not_kept_running(engine: Engine
         finish_run(engine, "dc1", run_id, ConnectorStatus.OK, {}, NOW)
     assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [run_id]
     assert _run(engine, run_id).status == "ABORTED"
+
+
+def test_without_a_lock_the_owner_pid_on_this_host_decides(engine: Engine) -> None:
+    """Where no lock could be taken (a SQLite "file:" URI database), a live pid keeps its run."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    ids = {}
+    with engine.begin() as conn:
+        for name, pid in (("live", os.getpid()), ("dead", int(ended.stdout))):
+            ids[name] = conn.execute(
+                insert(ConnectorRun).values(
+                    connector=name,
+                    window_start=T0,
+                    window_end=T0,
+                    started_at=T0,
+                    status="RUNNING",
+                    owner_host=socket.gethostname(),
+                    owner_pid=pid,
+                )
+            ).inserted_primary_key[0]
+    assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [ids["dead"]]
+    assert _run(engine, ids["live"]).status == "RUNNING"
