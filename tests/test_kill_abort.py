@@ -97,9 +97,7 @@ def _state(engine: Engine, name: str) -> ConnectorState:
         return state
 
 
-def test_killed_owner_is_aborted_live_one_untouched(
-    engine: Engine, db_url: str, owners: list[Owner]
-) -> None:
+def test_killed_owner_is_aborted_live_one_untouched(engine: Engine, db_url: str, owners: list[Owner]) -> None:
     owners += [Owner(db_url, "dc1"), Owner(db_url, "dc1"), Owner(db_url, "cloud")]
     killed, alive, other = owners
     assert all(o.run_id for o in owners)
