@@ -198,6 +198,14 @@ class Checks:
     def __init__(self, file: str) -> None:
         self.file = file
         self._rules: list[tuple[str, str, pl.Expr]] = []
+        self._values: dict[str, pl.Expr] = {}
+
+    def value(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` computed once, before the rules (which refer to it as a column): a timestamp
+        tried in several formats is parsed once however many rules compare it."""
+        name = f"_checked_{len(self._values)}"
+        self._values[name] = expr
+        return pl.col(name)
 
     def add(self, column: str, reason: str, bad: pl.Expr) -> None:
         self._rules.append((column, reason, bad))
@@ -206,7 +214,7 @@ class Checks:
         """``column`` as Decimal(38, 9); registers the checks: not a number, negative (when not
         allowed), empty (when required). Returns the parsed expression."""
         text = pl.col(column).str.strip_chars()
-        value = text.cast(MONEY, strict=False)
+        value = self.value(text.cast(MONEY, strict=False))
         empty = text.is_null() | (text == "")
         self.add(column, "not a number", ~empty & value.is_null())
         if required:
@@ -221,7 +229,7 @@ class Checks:
         tried = [
             text.str.to_datetime(fmt, time_zone="UTC", strict=False, time_unit="us") for fmt in formats
         ] or [text.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")]
-        value = pl.coalesce(tried).cast(UTC_TIME)
+        value = self.value(pl.coalesce(tried).cast(UTC_TIME))
         empty = text.is_null() | (text == "")
         self.add(
             column,
@@ -276,7 +284,10 @@ class Checks:
                 .then(pl.lit(index, dtype=pl.Int32))
                 .otherwise(code)
             )
+        for name, value in self._values.items():  # in order: a value may use an earlier one
+            frame = frame.with_columns(value.alias(name))
         tagged = frame.with_columns(code.alias("_bad"), *(e.alias(n) for n, e in parsed.items()))
+        tagged = tagged.drop(list(self._values))
         bad = tagged.filter(pl.col("_bad").is_not_null())
         refused = []
         for row in bad.drop(list(parsed)).iter_rows(named=True):
@@ -603,7 +614,8 @@ def check_explicit(path: Path, suffixes: Iterable[str], source: str) -> None:
         return
     raise BillingFileError(
         str(path),
-        f"not a {source} export file by its name: expected {', '.join(sorted(set(suffixes)))}"
+        f"not {'an' if source[:1] in 'AEIOU' else 'a'} {source} export file by its name: expected"
+        f" {', '.join(sorted(set(suffixes)))}"
         " (optionally .gz), or a .zip of one",
     )
 

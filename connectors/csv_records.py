@@ -41,7 +41,8 @@ from connectors.billing import RefusedRow
 #: longer is unbalanced. Bounds what a stray quote can make the reader hold.
 MAX_RECORD_BYTES = 1 << 20
 _QUOTED = r'"(?:[^"]|"")*"'
-_MARK = "\x00"  # a quoted field, once replaced (separators inside it are not counted)
+_MARK = "\x00"
+_REPLACED = "\ufffd"  # a quoted field, once replaced (separators inside it are not counted)
 
 
 @dataclass(slots=True)
@@ -86,29 +87,29 @@ def scan(
     if raw and raw[-1] == b"":
         raw.pop()
     width = len(columns)
-    text = pl.Series("s", chunk.decode("utf-8", errors="replace").split("\n")[: len(raw)], dtype=pl.String)
-    s = pl.col("s").str.strip_suffix("\r")
-    marked = s.str.replace_all(_QUOTED, _MARK)
-    sep = separator
-    shapes = (
-        pl.DataFrame([text])
-        .with_row_index("i")
-        .select(
-            "i",
-            (s.str.len_bytes() == 0).alias("blank"),
-            (s.str.count_matches('"', literal=True) % 2 == 1).alias("odd"),
-            (
-                marked.str.contains('"', literal=True)
-                | marked.str.contains(f"[^{_class(sep)}]{_MARK}|{_MARK}[^{_class(sep)}]")
-            ).alias("misquoted"),
-            (marked.str.count_matches(sep, literal=True) + 1).alias("fields"),
-        )
+    decoded = chunk.decode("utf-8", errors="replace")
+    # Staged, each regex pass once: quoted fields become one mark (their separators, quotes and
+    # newlines no longer count); a quote left after that is an odd or misplaced one.
+    lines = pl.DataFrame({"s": decoded.split("\n")[: len(raw)]}, schema={"s": pl.String}).select(
+        pl.col("s").str.strip_suffix("\r")
     )
-    special = shapes.filter(
-        pl.col("blank") | pl.col("odd") | pl.col("misquoted") | (pl.col("fields") != width)
-    ).rows()
+    marked = lines.select(pl.col("s").str.replace_all(_QUOTED, _MARK).alias("m"))
+    not_sep = f"[^{_class(separator)}]"
+    shapes = pl.concat([lines, marked], how="horizontal").select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
+        (pl.col("s").str.len_bytes() == 0).alias("blank"),
+        pl.col("m").str.contains(f'"|{not_sep}{_MARK}|{_MARK}{not_sep}').alias("quoting"),
+        (pl.col("m").str.count_matches(separator, literal=True) + 1).alias("fields"),
+    )
+    special = [
+        (i, blank, raw[i].count(b'"') % 2 == 1 if quoting else False, quoting, fields)
+        for i, blank, quoting, fields in shapes.filter(
+            pl.col("blank") | pl.col("quoting") | (pl.col("fields") != width)
+        ).iter_rows()
+    ]
+    del lines, marked, shapes
     out = Records(body=b"", lines=[], keys={} if keys else None, consumed=len(chunk))
-    bad_bytes = _undecodable_lines(chunk)
+    bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
     if not special:
         out.body = chunk
         out.lines = list(range(first_line, first_line + len(raw)))
@@ -126,7 +127,7 @@ def scan(
         if o in dropped:  # inside a record already taken
             k += 1
             continue
-        verdict = _multi(raw, o, odd[k + 1] if k + 1 < len(odd) else None, width, sep, final)
+        verdict = _multi(raw, o, odd[k + 1] if k + 1 < len(odd) else None, width, separator, final)
         if verdict == "pending":
             stop = o
             break
@@ -142,7 +143,7 @@ def scan(
         out.refused.append(RefusedRow(file, first_line + o, None, verdict, _raw(raw[o])))
         dropped.add(o)
         k += 1
-    for i, blank, is_odd, misquoted, fields in special:
+    for i, blank, is_odd, misquoted, fields in special:  # misquoted: once odd lines are taken
         if i >= stop or i in dropped or is_odd:
             continue
         dropped.add(i)

@@ -820,10 +820,10 @@ def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow
     # this bill's (a 0001-01-01 start would make re-pricing walk two thousand years).
     month = pl.col("invoice_month").str.strip_chars()
     invoice = (month + "01").str.to_datetime("%Y%m%d", time_zone="UTC", strict=False, time_unit="us")
-    invoice = pl.when(month.str.contains(r"^\d{6}$")).then(invoice).cast(UTC_TIME)
+    invoice = checks.value(pl.when(month.str.contains(r"^\d{6}$")).then(invoice).cast(UTC_TIME))
     has_month = month.is_not_null() & (month != "")
     checks.add("invoice_month", "not an invoice month (YYYYMM)", has_month & invoice.is_null())
-    invoice_end = invoice.dt.offset_by("1mo")
+    invoice_end = checks.value(invoice.dt.offset_by("1mo"))
     checks.period("invoice_month", invoice, invoice_end)
     checks.within(
         "usage_start_time", start, "usage_end_time", end, (invoice, invoice_end), "its invoice month"

@@ -286,6 +286,8 @@ CASES = [
     Case("azure-mixed-currencies-no-fx", "azure_cost", "cost.csv",
          lambda: with_field(AZURE, 4, "BillingCurrencyCode", "EUR"), 0, (3, 3, 0), [], [2, 3, 4],
          summary="currencies=USD,EUR (no FX rate for EUR→USD: add [[fx_rates]])"),
+    Case("azure-explicit-zip", "azure_cost", "cost.zip", lambda: zipped({"export/cost.csv": render(*table(AZURE))}),
+         0, (3, 3, 0), [], [2, 3, 4]),
     # --- FOCUS CSV -------------------------------------------------------------------------------
     Case("focus-missing-resource-id", "focus", "focus.csv", lambda: without(FOCUS, "ResourceId"), 1, (0, 0, 0),
          [(1, "ResourceId", FOCUS_RESOURCE)], failed=f'line 1, column "ResourceId": {FOCUS_RESOURCE}'),
@@ -302,6 +304,9 @@ CASES = [
          [(4, "BillingPeriodStart", BAD_PERIOD)], [2, 3]),
     Case("focus-long-row", "focus", "focus.csv", lambda: on_line(render(*table(FOCUS)), 2, lambda b: b + b",x"), 0,
          (3, 2, 1), [(2, None, "the record has 59 fields, more than the header's 58")], [3, 4]),
+    Case("focus-unknown-extension", "focus", "focus.xlsx", lambda: render(*table(FOCUS)), 1, (0, 0, 0),
+         [(None, None, "not a FOCUS export file by its name: expected .csv, .csv.gz, .parquet (optionally .gz), or a .zip of one")],
+         failed="not a FOCUS export file by its name: expected .csv, .csv.gz, .parquet (optionally .gz), or a .zip of one"),
     Case("focus-quoted-newline-ok", "focus", "focus.csv",
          rows_of(FOCUS, _set(3, ChargeDescription="two\nlines, \"quoted\"")), 0, (3, 3, 0), [], [2, 3, 5]),
 ]  # fmt: skip
