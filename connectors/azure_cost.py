@@ -350,10 +350,7 @@ class AzureCostConnector:
         the next file; Blob: it is yielded."""
         if self.config.blob_container_url is None:
             return _FileBatches(
-                [
-                    lambda path=path: self._read_local(path, start, end)
-                    for path in self.files()
-                ]
+                [lambda path=path: self._read_local(path, start, end) for path in self.files()]
             )
         return self._read_blobs(start, end)
 

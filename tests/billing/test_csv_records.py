@@ -71,9 +71,7 @@ def test_bytes_that_are_not_utf8_in_a_multi_line_record_refuse_it_by_its_first_l
 @pytest.mark.parametrize("rows", [1, 2, 3, 5])
 @pytest.mark.parametrize("block", [1, 7, 4096])
 def test_chunks_give_the_records_and_refusals_of_the_whole_file(rows: int, block: int) -> None:
-    data = HEADER + (
-        b'1,"a\nb",1\n2,ok,2\n3,"open,3\n4,ok,4\n5,ok,5,6\n6,"c\r\nd\r\ne",6\n\n7,ok\n8,"end'
-    )
+    data = HEADER + (b'1,"a\nb",1\n2,ok,2\n3,"open,3\n4,ok,4\n5,ok,5,6\n6,"c\r\nd\r\ne",6\n\n7,ok\n8,"end')
     frames = list(csv_chunks(io.BytesIO(data).read, "f.csv", rows, block=block))
     lines = [line for frame, _ in frames for line in frame[LINE].to_list()]
     refusals = [(r.line, r.reason) for _, refused in frames for r in refused]
@@ -84,5 +82,5 @@ def test_chunks_give_the_records_and_refusals_of_the_whole_file(rows: int, block
 
 
 def test_a_header_with_an_open_quote_fails_the_file_at_line_1() -> None:
-    with pytest.raises(BillingFileError, match=r'f\.csv, line 1: the header has an unbalanced quote'):
+    with pytest.raises(BillingFileError, match=r"f\.csv, line 1: the header has an unbalanced quote"):
         csv_frame(b'id,"note,cost\n1,2,3\n', "f.csv")
