@@ -56,9 +56,9 @@ import tomllib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from connectors.base import ConnectorConfig
@@ -74,10 +74,9 @@ from service.limits import Limits
 from service.urls import mask_url
 
 ENV_PREFIX = "GPU_LEDGER_"
+T = TypeVar("T", bound=BaseModel)
 CONFIG_ENV = "GPU_LEDGER_CONFIG"
 CONNECTOR_ENV_PREFIX = "GPU_LEDGER_CONNECTORS__"
-LIMITS_ENV_PREFIX = "GPU_LEDGER_LIMITS__"
-AUTH_ENV_PREFIX = "GPU_LEDGER_AUTH__"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -251,8 +250,8 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["connectors"] = _validate_connectors(where, connectors, registry or default_registry())
     for name in TABLE_MODELS:
         kwargs[name] = _validate_tables(where, name, tables[name])
-    kwargs["limits"] = _limits(where, data.get("limits", {}), env)
-    kwargs["auth"] = _auth(where, data.get("auth", {}), env)
+    kwargs["limits"] = _table(where, "limits", Limits, data.get("limits", {}), env)
+    kwargs["auth"] = _table(where, "auth", AuthSettings, data.get("auth", {}), env)
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
         return Settings(**kwargs)
@@ -318,29 +317,15 @@ def _validate_tables(where: str, name: str, tables: list[dict[str, Any]]) -> lis
     return out
 
 
-def _limits(where: str, table: Any, env: Mapping[str, str]) -> Limits:
-    """The ``[limits]`` table with ``GPU_LEDGER_LIMITS__<KEY>`` overrides applied (env wins)."""
+def _table(where: str, name: str, model: type[T], table: Any, env: Mapping[str, str]) -> T:
+    """The ``[name]`` table validated by ``model``, with ``GPU_LEDGER_<NAME>__<KEY>`` overrides
+    applied (env wins; values starting with ``[`` or ``{`` are JSON)."""
+    prefix = f"{ENV_PREFIX}{name.upper()}__"
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: 'limits' must be a table ([limits])")
+        raise ConfigError(f"{where}: '{name}' must be a table ([{name}])")
     values = dict(table)
     for var, raw in env.items():
-        if var.upper().startswith(LIMITS_ENV_PREFIX):
-            values[var[len(LIMITS_ENV_PREFIX) :].lower()] = raw
-    try:
-        return Limits.model_validate(values)
-    except ValidationError as exc:
-        details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
-        raise ConfigError(f"{where} (or {LIMITS_ENV_PREFIX}* environment): [limits]: {details}") from None
-
-
-def _auth(where: str, table: Any, env: Mapping[str, str]) -> AuthSettings:
-    """The ``[auth]`` table with ``GPU_LEDGER_AUTH__<KEY>`` overrides applied (env wins; values
-    starting with ``[`` or ``{`` are JSON)."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: 'auth' must be a table ([auth])")
-    values = dict(table)
-    for var, raw in env.items():
-        if not var.upper().startswith(AUTH_ENV_PREFIX):
+        if not var.upper().startswith(prefix):
             continue
         value: Any = raw
         if raw.strip().startswith(("[", "{")):
@@ -348,12 +333,12 @@ def _auth(where: str, table: Any, env: Mapping[str, str]) -> AuthSettings:
                 value = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{var}: value is not valid JSON: {exc}") from None
-        values[var[len(AUTH_ENV_PREFIX) :].lower()] = value
+        values[var[len(prefix) :].lower()] = value
     try:
-        return AuthSettings.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
-        raise ConfigError(f"{where} (or {AUTH_ENV_PREFIX}* environment): [auth]: {details}") from None
+        raise ConfigError(f"{where} (or {prefix}* environment): [{name}]: {details}") from None
 
 
 def _env_name(name: str) -> str:

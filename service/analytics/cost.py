@@ -39,7 +39,7 @@ Python work; without ``first`` the row cap is checked first by counting the answ
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -155,23 +155,34 @@ def _convert(parts: list[_Part], fx: FxTable) -> list[_Part]:
     return out
 
 
-def _merge(parts: Iterable[_Part]) -> list[_Part]:
-    """Fold days together; on unallocated rows the workload dimensions are null by definition."""
-    merged: dict[tuple[object, ...], _Part] = {}
+def _fold(parts: Iterable[_Part], key_of: Callable[[_Part], GroupKey], **reset: object) -> list[_Part]:
+    """Parts with the same (``key_of(part)``, currency, unallocated) added into one, in order of
+    first appearance; ``reset`` sets fields of each folded part (e.g. ``day=None``)."""
+    folded: dict[tuple[object, ...], _Part] = {}
     for p in parts:
-        dims = tuple((d, None if p.unallocated and d.is_workload else v) for d, v in p.key.dims)
-        key = GroupKey(p.key.period_start, dims)
+        key = key_of(p)
         k = (key, p.currency, p.unallocated)
-        if k not in merged:
-            merged[k] = replace(p, key=key, day=None)
+        m = folded.get(k)
+        if m is None:
+            folded[k] = replace(p, key=key, **reset)  # type: ignore[arg-type]
             continue
-        m = merged[k]
         m.cost += p.cost
         m.idle_cost += p.idle_cost
+        m.shared_idle_cost += p.shared_idle_cost
         m.gpu_hours += p.gpu_hours
         m.unpriced_gpu_hours += p.unpriced_gpu_hours
         m.rate_sources |= p.rate_sources
-    return list(merged.values())
+    return list(folded.values())
+
+
+def _merge(parts: Iterable[_Part]) -> list[_Part]:
+    """Fold days together; on unallocated rows the workload dimensions are null by definition."""
+
+    def key_of(p: _Part) -> GroupKey:
+        dims = tuple((d, None if p.unallocated and d.is_workload else v) for d, v in p.key.dims)
+        return GroupKey(p.key.period_start, dims)
+
+    return _fold(parts, key_of, day=None)
 
 
 def _share_pools(parts: list[_Part], policy: IdlePolicy) -> list[_Part]:
@@ -207,23 +218,12 @@ def _account_wide(q: LedgerQuery) -> LedgerQuery:
 
 def _own(parts: list[_Part], q: LedgerQuery) -> list[_Part]:
     """The parts ``q.access`` allows, the dimensions :func:`_account_wide` added folded away."""
-    kept: dict[tuple[object, ...], _Part] = {}
-    for p in parts:
-        if not q.access.allows(p.key.value(Dimension.PROJECT), p.key.value(Dimension.TEAM)):
-            continue
-        key = GroupKey(p.key.period_start, tuple((d, v) for d, v in p.key.dims if d in q.group_by))
-        k = (key, p.currency, p.unallocated)
-        if k not in kept:
-            kept[k] = replace(p, key=key)
-            continue
-        m = kept[k]
-        m.cost += p.cost
-        m.idle_cost += p.idle_cost
-        m.shared_idle_cost += p.shared_idle_cost
-        m.gpu_hours += p.gpu_hours
-        m.unpriced_gpu_hours += p.unpriced_gpu_hours
-        m.rate_sources |= p.rate_sources
-    return list(kept.values())
+    access = q.access
+    allowed = (p for p in parts if access.allows(p.key.value(Dimension.PROJECT), p.key.value(Dimension.TEAM)))
+    return _fold(
+        allowed,
+        lambda p: GroupKey(p.key.period_start, tuple((d, v) for d, v in p.key.dims if d in q.group_by)),
+    )
 
 
 def _sort_key(p: _Part) -> tuple[object, ...]:
