@@ -49,7 +49,10 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         route = scope["path"] if scope["path"] in self.routes else "other"
-        method, status, started = scope["method"], 500, time.perf_counter()
+        method, started = scope["method"], time.perf_counter()
+        # 500 if the app raises before answering; 499 (nginx's "client closed request") if it
+        # returns without answering: the client left mid-body and there was no one to answer.
+        status: int | None = None
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -57,9 +60,13 @@ class HttpMetricsMiddleware:
                 status = message["status"]
             await send(message)
 
+        failed = True
         try:
             await self.app(scope, receive, send_wrapper)
+            failed = False
         finally:
+            if status is None:
+                status = 500 if failed else 499
             self.telemetry.http_latency.labels(route, method).observe(time.perf_counter() - started)
             self.telemetry.http_requests.labels(route, method, str(status)).inc()
 

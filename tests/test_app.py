@@ -91,3 +91,40 @@ def test_real_graphql_app(engine: Engine) -> None:
         r = client.post("/graphql", json={"query": "{ __typename }"})
         assert r.status_code == 200 and r.json()["data"]["__typename"] == "Query"
         assert client.get("/graphql", headers={"Accept": "text/html"}).status_code == 200  # GraphiQL
+
+
+def test_metrics_count_refusals_and_clients_that_left(engine: Engine) -> None:
+    """A 413 is counted as 413, a client that hangs up mid-body as 499, and neither as a 500."""
+    import asyncio
+
+    telemetry = Telemetry(engine)
+    settings = Settings(
+        database_url=str(engine.url), auth={"anonymous_read": True}, limits={"max_body_b": 10}
+    )
+    app = create_app(settings, engine, telemetry=telemetry)
+    sent: list[dict[str, object]] = []
+
+    async def call(body_parts: list[dict[str, object]]) -> None:
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": "/graphql", "raw_path": b"/graphql", "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 80),
+            "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+        }  # fmt: skip
+        messages = iter(body_parts)
+
+        async def receive() -> dict[str, object]:
+            return next(messages)
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+
+    asyncio.run(call([{"type": "http.request", "body": b"{" * 11, "more_body": True}]))
+    left = [{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}]
+    asyncio.run(call(left))
+    text = telemetry.render().decode()
+    assert 'gpu_ledger_http_requests_total{method="POST",route="/graphql",status="413"} 1.0' in text
+    assert 'gpu_ledger_http_requests_total{method="POST",route="/graphql",status="499"} 1.0' in text
+    assert 'status="500"' not in text
