@@ -62,6 +62,9 @@ class AgentConfig(ConnectorConfig):
     period_s: float = Field(5.0, gt=0, le=3600, description="agents' sampling period, seconds")
     presence_gap_s: float = Field(3600.0, gt=0, description="silence that still counts as present")
     retention_days: float = Field(7.0, gt=0, description="days staged batches are kept after receipt")
+    # A node (or the service) down for a weekend must drain its spool into the ledger on return,
+    # not into rejected/: pushes older than this are refused, so it defaults to the retention.
+    backfill_days: float = Field(7.0, gt=0, description="how late a pushed batch may be, in days")
 
 
 class AgentConnector:
