@@ -1,15 +1,17 @@
-"""Reading export files for the billing connectors: bytes → a frame of text columns → checked values.
+"""Reading export files for the billing connectors: a stream → frames of text columns → checked values.
 
-Every parser goes through the same steps, so every one reports bad input the same way:
+The billing driver (:mod:`connectors.billing_driver`) and the parsers go through the same steps,
+so every one reports bad input the same way:
 
-1. :func:`read_bytes` — a local file or bytes fetched from S3/Blob; gzip is undone here (by its
-   magic bytes, whatever the name); a truncated gzip stream is a :class:`BillingFileError`.
-2. :func:`csv_chunks` / :func:`ndjson_records` / :func:`parquet_frame` — every column as text plus
-   ``_line`` (the physical line a CSV record starts on: the header is line 1; a JSONL record's
-   line) and the rows that cannot be read at all. CSV is cut into RFC 4180 records first
-   (:mod:`connectors.csv_records`: a quoted newline is one record; an unbalanced quote, a record
-   with more or fewer fields than the header, misquoting, bytes that are not UTF-8 → that record
-   alone is refused and reading goes on).
+1. :func:`open_stream` — a local file (or a remote object copied to one) with a ZIP of one export
+   and gzip undone by their magic bytes, whatever the name; a truncated or corrupt stream is a
+   :class:`BillingFileError`.
+2. :func:`csv_chunks` / :func:`parquet_chunks` / :func:`ndjson_records` — every column as text
+   plus ``_line`` (the physical line a CSV record starts on: the header is line 1; a Parquet
+   record's number; a JSONL record's line) and the rows that cannot be read at all. CSV is cut
+   into RFC 4180 records first (:mod:`connectors.csv_records`: a quoted newline is one record; an
+   unbalanced quote, a record with more or fewer fields than the header, misquoting, bytes that
+   are not UTF-8 → that record alone is refused and reading goes on).
 3. :func:`require_columns` — a missing column refuses the whole file, naming it.
 4. :class:`Checks` — per-column conversions as Polars expressions (decimal money, timestamps,
    currency codes, usage dates within 2000..2100 and within their billing period ± 1 day, billing
@@ -46,22 +48,6 @@ from connectors.csv_records import MAX_RECORD_BYTES, Records, scan
 LINE = "_line"
 _REPLACEMENT = "\ufffd"
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def read_bytes(path: str | Path, data: bytes | None = None) -> bytes:
-    """The file's content, gunzipped when it is gzip (``data``: bytes already fetched)."""
-    label = str(path)
-    if data is None:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise BillingFileError(label, f"cannot read: {exc.strerror or exc}") from None
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise BillingFileError(label, f"truncated or corrupt gzip stream ({exc})") from None
-    return data
 
 
 def csv_frame(data: bytes, file: str, *, separator: str = ",") -> tuple[pl.DataFrame, list[RefusedRow]]:
@@ -151,15 +137,6 @@ def _parse_records(
             refused.append(RefusedRow(file, row[LINE], column, "bytes that are not UTF-8", _raw(row)))
         frame = frame.filter(~is_bad)
     return frame, sorted(refused, key=lambda r: r.line or 0)
-
-
-def parquet_frame(data: bytes, file: str) -> pl.DataFrame:
-    """A Parquet file with ``_line`` = record number (1-based); a truncated file is refused whole."""
-    try:
-        frame = pl.read_parquet(io.BytesIO(data))
-    except (pl.exceptions.ComputeError, OSError) as exc:
-        raise BillingFileError(file, f"not a readable Parquet file (truncated?): {exc}") from None
-    return frame.with_row_index(LINE, offset=1).with_columns(pl.col(LINE).cast(pl.Int64))
 
 
 def require_columns(frame: pl.DataFrame, file: str, required: Iterable[str]) -> None:
@@ -305,11 +282,6 @@ def _raw_bytes(raw: bytes) -> str:
     return raw.decode("utf-8", errors="backslashreplace")[:2000]
 
 
-def first_present(frame: pl.DataFrame, *names: str) -> str | None:
-    """The first of ``names`` that is a column of ``frame`` (header variants across exports)."""
-    return next((n for n in names if n in frame.columns), None)
-
-
 def rename_variants(frame: pl.DataFrame, variants: dict[str, Sequence[str]]) -> pl.DataFrame:
     """Rename header variants to canonical names: ``{"Date": ["date", "UsageDate"]}``; matching
     is case-insensitive, the first variant present wins."""
@@ -327,30 +299,6 @@ def rename_variants(frame: pl.DataFrame, variants: dict[str, Sequence[str]]) -> 
 
 
 # --- files, keys and duplicates, shared by the parsers ----------------------------------------
-
-
-class FileBatches:
-    """One batch per file, lazily; unlike a generator it can go on after a file raised."""
-
-    def __init__(
-        self,
-        paths: Sequence[Path],
-        read_file: Callable[[Path], BillingBatch],
-        start: dt.datetime,
-        end: dt.datetime,
-    ) -> None:
-        self._paths = list(paths)
-        self._read_file, self._start, self._end = read_file, start, end
-
-    def __iter__(self) -> FileBatches:
-        return self
-
-    def __next__(self) -> BillingBatch:
-        while self._paths:
-            batch = self._read_file(self._paths.pop(0))
-            if in_window(batch, self._start, self._end):
-                return batch
-        raise StopIteration
 
 
 def in_window(batch: BillingBatch, start: dt.datetime, end: dt.datetime) -> bool:

@@ -94,13 +94,9 @@ file, line and column. The good rows land; ``read == accepted + refused``.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import gzip
 import logging
-import tempfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -116,20 +112,10 @@ from connectors.billing import (
     ChargeCategory,
     PricingModel,
     RefusedRow,
-    conform,
 )
-from connectors.billing_io import (
-    BLOCK_BYTES,
-    LINE,
-    Checks,
-    check_explicit,
-    csv_chunks,
-    open_stream,
-    parquet_chunks,
-    require_columns,
-    sane_period,
-    sha1_keys,
-)
+from connectors.billing_driver import ExportFile, OpenedFile, Period, read_file, read_files
+from connectors.billing_io import BLOCK_BYTES, LINE, Checks, require_columns, sane_period, sha1_keys
+from connectors.billing_stores import local_export_files, local_file
 from service.billing.currencies import BILLING_CURRENCIES
 
 log = logging.getLogger(__name__)
@@ -199,8 +185,10 @@ HOUR_UNITS: tuple[str, ...] = ("hours", "hour", "hrs", "hr", "h")
 GPU_SKU = r"(?i)\bGPUs?\b"
 #: AWS usage types of instance hours: ``[REGION-]BoxUsage:<type>`` (also Spot, Dedicated, Host).
 AWS_INSTANCE_USAGE = r"^(?:[A-Z0-9]+-)?(?:BoxUsage|SpotUsage|DedicatedUsage|HostBoxUsage|SchedUsage):(.+)$"
-#: File names read from a directory (the content decides CSV, gzip or Parquet).
+#: Export file names (optionally ``.gz``; the content decides CSV, gzip or Parquet).
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet")
+#: File names read from a directory: exports, and a ``.zip`` of one (as a Data Export delivers it).
+LISTED: tuple[str, ...] = (*SUFFIXES, ".zip")
 
 
 class FocusConfig(BillingConfig):
@@ -223,7 +211,8 @@ def detect_version(columns: list[str]) -> str:
 
 
 class FocusConnector:
-    """Billing connector for FinOps FOCUS exports (``type = "focus"``)."""
+    """Billing connector for FinOps FOCUS exports (``type = "focus"``): a local store and the
+    :class:`FocusDialect` on the billing driver (:mod:`connectors.billing_driver`)."""
 
     kind: ClassVar[Literal["billing"]] = "billing"
     config_model: ClassVar[type[BillingConfig]] = FocusConfig
@@ -237,133 +226,85 @@ class FocusConnector:
         """Nothing is held open between reads."""
 
     def files(self) -> list[Path]:
-        root = Path(self.config.path)
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return sorted(p for p in root.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES))
+        """The export files of ``path`` (a ``.zip`` of one export included), in name order."""
+        return [Path(f.label) for f in self._store() if isinstance(f, ExportFile)]
 
-    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
         """Batches (one per chunk) of every file whose billing period overlaps ``[start, end)``; a
         file that cannot be read at all is *yielded* as its :class:`BillingFileError`, so the other
-        files go on (after some of its batches when it fails late: the ingestor then rolls them back)."""
-        paths = self.files()
-        if not paths and not Path(self.config.path).exists():
-            yield BillingFileError(self.config.path, "no such file or directory")  # type: ignore[misc]
-            return
-        for path in paths:
-            try:
-                if Path(self.config.path).is_file():
-                    check_explicit(path, SUFFIXES, "FOCUS")
-                yield from self.read_file(path, start, end)
-            except BillingFileError as error:
-                yield error  # type: ignore[misc]
+        files go on."""
+        yield from read_files(
+            self._store(),
+            FocusDialect(),
+            start,
+            end,
+            chunk_rows=self.config.chunk_rows,
+            block_bytes=self.block_bytes,
+        )
 
     def read_file(
         self, path: str | Path, start: dt.datetime | None = None, end: dt.datetime | None = None
     ) -> Iterator[BillingBatch]:
         """The batches of one export file, one chunk of text in memory at a time; none when the
         file's billing period does not overlap ``[start, end)`` (when given)."""
-        file = str(path)
-        with contextlib.ExitStack() as stack:
-            local, parquet = self._local(Path(path), file, stack)
-            chunks = self._chunks(local, parquet, file)
-            stack.callback(chunks.close)
-            first = next(chunks)  # csv_chunks and parquet_chunks yield at least one frame
-            columns = [c for c in first[0].columns if c != LINE]
-            version = detect_version(columns)
-            require_columns(first[0], file, MANDATORY[version])
-            _require_resource_id(first[0], file)
-            period, gpu_resources = _file_summary(local, parquet, file, columns)
-            window = (start, end) if start is not None and end is not None else None
-            if period is not None and window is not None and not _overlaps(period, *window):
-                return  # a file of other billing periods
-            seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
-            read = accepted = refused_count = 0
-            for frame, refused in _prepend(first, chunks):
-                frame = frame.with_columns(
-                    pl.lit(None, dtype=pl.String).alias(c)
-                    for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, *_EXTENSIONS)
-                    if c not in frame.columns
-                )
-                batch_read = frame.height + len(refused)
-                lines, bad, seen = _normalize(frame, file, gpu_resources, seen)
-                refused = sorted(refused + bad, key=lambda r: r.line or 0)
-                read, accepted, refused_count = (
-                    read + batch_read,
-                    accepted + lines.height,
-                    refused_count + len(refused),
-                )
-                yield BillingBatch(
-                    lines=conform(lines.with_columns(pl.lit(file).alias("source_file"))),
-                    source_file=file,
-                    refused=refused,
-                    read=batch_read,
-                    period_start=None if period is None else period[0],
-                    period_end=None if period is None else period[1],
-                )
-            log.info(
-                "FOCUS %s export %s: %d rows read, %d accepted, %d refused",
-                version,
-                file,
-                read,
-                accepted,
-                refused_count,
-            )
+        yield from read_file(
+            local_file(Path(path)),
+            FocusDialect(),
+            start,
+            end,
+            chunk_rows=self.config.chunk_rows,
+            block_bytes=self.block_bytes,
+        )
 
-    def _local(self, path: Path, file: str, stack: contextlib.ExitStack) -> tuple[Path, bool]:
-        """A plain file to read (a gzip file decompressed to a temporary one, checked to its end on
-        the way) and whether it is Parquet — both by magic bytes, whatever the name."""
-        try:
-            with path.open("rb") as raw:
-                head = raw.read(4)
-                if head == _ZIP_MAGIC:
-                    return self._unzipped(path, file, stack)
-                if head[:2] != _GZIP_MAGIC:
-                    return path, head == _PARQUET_MAGIC
-                folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-focus-")))
-                local = folder / "export"
-                raw.seek(0)
-                with gzip.GzipFile(fileobj=raw, mode="rb") as stream, local.open("wb") as out:
-                    while piece := stream.read(self.block_bytes):
-                        out.write(piece)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise BillingFileError(file, f"truncated or corrupt gzip stream ({exc})") from None
-        except OSError as exc:
-            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
-        with local.open("rb") as plain:
-            return local, plain.read(4) == _PARQUET_MAGIC
-
-    def _unzipped(self, path: Path, file: str, stack: contextlib.ExitStack) -> tuple[Path, bool]:
-        """A ZIP archive's export file (gzip inside undone too) copied out to a temporary file."""
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-focus-")))
-        local = folder / "export"
-        with open_stream(path, file) as (read, _compressed), local.open("wb") as out:
-            while piece := read(self.block_bytes):
-                out.write(piece)
-        with local.open("rb") as plain:
-            return local, plain.read(4) == _PARQUET_MAGIC
-
-    def _chunks(
-        self, local: Path, parquet: bool, file: str
-    ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
-        """The file as text frames of about ``chunk_rows`` records (``_line``: the file's)."""
-        rows = self.config.chunk_rows
-        if parquet:
-            for frame in parquet_chunks(local, file, rows):
-                yield _as_text(frame), []
-            return
-        try:
-            stream = local.open("rb")
-        except OSError as exc:
-            raise BillingFileError(file, f"cannot read: {exc.strerror or exc}") from None
-        with stream:
-            read: Callable[[int], bytes] = stream.read
-            yield from csv_chunks(read, file, rows, block=self.block_bytes)
+    def _store(self) -> Iterator[ExportFile | BillingFileError]:
+        return local_export_files(self.config.path, LISTED, SUFFIXES, "FOCUS")
 
 
-_GZIP_MAGIC, _PARQUET_MAGIC, _ZIP_MAGIC = b"\x1f\x8b", b"PAR1", b"PK\x03\x04"
+class FocusDialect:
+    """The FOCUS layout for the billing driver: the version by its columns, its mandatory columns,
+    the billing period and GPU resources from a first pass, the mapping of a chunk."""
+
+    def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return _as_text(frame)
+
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _FocusFile:
+        del period  # a FOCUS path names none
+        version = detect_version(opened.columns)
+        require_columns(first, opened.label, MANDATORY[version])
+        _require_resource_id(first, opened.label)
+        span, gpu_resources = _file_summary(opened)
+        return _FocusFile(opened.label, version, span, gpu_resources)
+
+
+class _FocusFile:
+    def __init__(self, file: str, version: str, period: Period | None, gpu_resources: list[str]) -> None:
+        self.file, self.version, self.period, self.gpu_resources = file, version, period, gpu_resources
+
+    def normalize(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        frame = frame.with_columns(
+            pl.lit(None, dtype=pl.String).alias(c)
+            for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, *_EXTENSIONS)
+            if c not in frame.columns
+        )
+        lines, refused = _normalize(frame, self.file, self.gpu_resources)
+        return lines.with_columns(pl.lit(self.file).alias("source_file")), refused
+
+    def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
+        del key  # the record's hash, which says nothing to a reader
+        reason = f"duplicate of line {first}: an identical record (FOCUS has no line id)"
+        return RefusedRow(self.file, line, "line_key", reason)
+
+    def finish(self, read: int, accepted: int, refused: int) -> None:
+        log.info(
+            "FOCUS %s export %s: %d rows read, %d accepted, %d refused",
+            self.version,
+            self.file,
+            read,
+            accepted,
+            refused,
+        )
+
+
 #: Provider extension columns the mapping reads (null when a file lacks them).
 _EXTENSIONS: tuple[str, ...] = ("x_SkuDescription", "x_SkuDetails", "x_UsageType")
 #: The columns of the first pass (billing period, GPU resources).
@@ -391,33 +332,17 @@ def _require_resource_id(frame: pl.DataFrame, file: str) -> None:
         )
 
 
-def _overlaps(period: tuple[dt.datetime, dt.datetime], start: dt.datetime, end: dt.datetime) -> bool:
-    return period[0] < end and period[1] > start
-
-
-_Chunk = tuple[pl.DataFrame, list[RefusedRow]]
-
-
-def _prepend(first: _Chunk, rest: Iterator[_Chunk]) -> Iterator[_Chunk]:
-    yield first
-    yield from rest
-
-
-def _file_summary(
-    local: Path, parquet: bool, file: str, columns: list[str]
-) -> tuple[tuple[dt.datetime, dt.datetime] | None, list[str]]:
+def _file_summary(opened: OpenedFile) -> tuple[Period | None, list[str]]:
     """The file's billing period (the span of its records' periods) and its GPU resources, from a
-    first pass over only the columns they need, one block at a time (module docstring,
-    **Streaming**)."""
-    wanted = [c for c in columns if c in _SUMMARY_COLUMNS]  # in file order
+    first pass over only the columns they need (module docstring, **Streaming**)."""
     lo_hi: list[dt.datetime] = []
     gpus: set[str] = set()
     lo, hi = _timestamp("BillingPeriodStart"), _timestamp("BillingPeriodEnd")
     marked = (_gpu_count().fill_null(0) > 0) | _is_gpu_sku().fill_null(False)
     try:
-        for block in _parquet_blocks(local, wanted) if parquet else _csv_blocks(local, columns, wanted):
+        for block in opened.blocks(list(_SUMMARY_COLUMNS)):
             block = block.with_columns(
-                pl.lit(None, dtype=pl.String).alias(c) for c in _SUMMARY_COLUMNS if c not in wanted
+                pl.lit(None, dtype=pl.String).alias(c) for c in _SUMMARY_COLUMNS if c not in block.columns
             )
             # records naming a period that cannot be one are refused, and must not widen the file's
             span = block.filter(sane_period(lo, hi).fill_null(False)).select(lo.min(), hi.max())
@@ -425,38 +350,12 @@ def _file_summary(
             found = block.filter(marked).select(_resource_id(_provider()).alias("r")).drop_nulls()
             gpus.update(found["r"].unique().to_list())
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise BillingFileError(file, f"not a readable export file: {str(exc).splitlines()[0]}") from None
+        raise BillingFileError(
+            opened.label, f"not a readable export file: {str(exc).splitlines()[0]}"
+        ) from None
     # Each block gives both bounds or none, so the minimum of all is a start and the maximum an end.
     period = (min(lo_hi), max(lo_hi)) if lo_hi else None
     return period, sorted(gpus)
-
-
-#: Bytes of a CSV read at a time by the first pass (cut at the last line end).
-_PASS_BYTES = 1 << 22
-
-
-def _csv_blocks(local: Path, columns: list[str], wanted: list[str]) -> Iterator[pl.DataFrame]:
-    """The ``wanted`` columns of a CSV, as text, one block of about :data:`_PASS_BYTES` at a time.
-
-    Polars' own lazy CSV scan holds the whole file in memory (measured: 261 MB for a 474 MB file,
-    Polars 1.x/2.1), so the file goes through ``csv_chunks`` (RFC 4180 records, the same ones the
-    batches get) in blocks of :data:`_PASS_BYTES`, only the wanted columns parsed; refusals are the
-    batches' to report."""
-    del columns  # the header is read again by csv_chunks
-    with local.open("rb") as stream:
-        chunks = csv_chunks(stream.read, str(local), 1, columns=wanted, chunk_bytes=_PASS_BYTES)
-        for frame, _refused in chunks:
-            yield frame.drop(LINE)
-
-
-def _parquet_blocks(local: Path, wanted: list[str]) -> Iterator[pl.DataFrame]:
-    scan = pl.scan_parquet(local).select(wanted)
-    schema = dict(scan.collect_schema())
-    for batch in scan.collect_batches(chunk_size=_PARQUET_PASS_ROWS):
-        yield batch.select(_text_exprs(schema))
-
-
-_PARQUET_PASS_ROWS = 100_000
 
 
 def _as_text(frame: pl.DataFrame) -> pl.DataFrame:
@@ -509,11 +408,10 @@ def _line_keys(frame: pl.DataFrame) -> pl.Series:
 
 
 def _normalize(
-    frame: pl.DataFrame, file: str, gpu_resources: list[str], seen: pl.DataFrame
-) -> tuple[pl.DataFrame, list[RefusedRow], pl.DataFrame]:
-    """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``),
-    the refused rows, and ``seen`` (the file's line-key hashes and first lines so far) with this
-    chunk's added."""
+    frame: pl.DataFrame, file: str, gpu_resources: list[str]
+) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``)
+    and the refused rows; a repeated record is the driver's to refuse (by ``line_key``)."""
     frame = frame.with_columns(_line_keys(frame).alias("line_key"))
     checks = Checks(file)
     category = _text("ChargeCategory")
@@ -561,20 +459,7 @@ def _normalize(
     checks.within("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1], billing, "its billing period")
     good, refused = checks.split(frame, parsed)
 
-    # The frame is in line order: the first of identical records is kept, the later ones refused —
-    # in this chunk, or in an earlier one (remembered by a 64-bit hash of the key and its line).
-    good = good.with_columns(
-        pl.col("line_key").hash(seed=0).alias("_hash"), pl.col(LINE).min().over("line_key").alias("_first")
-    )
-    good = good.join(seen.rename({"_first": "_earlier"}), on="_hash", how="left", maintain_order="left")
-    good = good.with_columns(pl.coalesce("_earlier", "_first").alias("_first")).drop("_earlier")
-    repeated = good.filter(pl.col(LINE) != pl.col("_first"))
-    for row in repeated.select(LINE, "_first").iter_rows(named=True):
-        reason = f"duplicate of line {row['_first']}: an identical record (FOCUS has no line id)"
-        refused.append(RefusedRow(file, row[LINE], "line_key", reason))
-    good = good.filter(pl.col(LINE) == pl.col("_first")).drop("_first")
-    seen = pl.concat([seen, good.select("_hash", pl.col(LINE).alias("_first"))])
-    return _map(good.drop("_hash"), gpu_resources), refused, seen
+    return _map(good, gpu_resources), refused
 
 
 #: ISO 8601 as FOCUS writes it (``2025-09-01T00:00:00Z``), with fractions or an offset, and the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import logging
+import zipfile
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
@@ -263,3 +264,20 @@ def test_files_outside_the_window_are_not_read(tmp_path: Path) -> None:
     october = (dt.datetime(2025, 10, 1, tzinfo=dt.UTC), dt.datetime(2025, 11, 1, tzinfo=dt.UTC))
     assert list(focus.read(*october)) == []
     assert [b.source_file for b in focus.read(*SEPT)] == [str(tmp_path / "2025-09" / "focus.csv")]
+
+
+def test_a_zipped_focus_export_imports_like_the_plain_file(tmp_path: Path) -> None:
+    """A Data Export delivered as a ZIP of one (gzipped) CSV is unpacked, in a directory as well as
+    named explicitly: the same 194 lines as the plain file, labelled by the archive."""
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    archive = folder / "focus-2025-09.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("part-0001.csv.gz", gzip.compress(FIXTURE.read_bytes()))
+    (folder / "README.txt").write_text("not an export")
+    plain = only_batch(FIXTURE).lines.drop("source_file")
+    for path in (folder, archive):
+        batch = only_batch(path)
+        assert_fixture_totals(batch)
+        assert batch.source_file == str(archive)
+        assert batch.lines.drop("source_file").equals(plain)

@@ -1,0 +1,267 @@
+"""One billing-export driver: files of a store → batches, whatever the provider's layout.
+
+A billing connector built on it is a *store* (where the files are: :mod:`connectors.billing_stores`)
+and a *dialect* (what a file of that export holds: :class:`Dialect`). The driver alone owns what
+every export shares, so it is written once and behaves the same for all of them:
+
+* **opening** — :func:`connectors.billing_io.open_stream` undoes a ZIP of one export and gzip by
+  their magic bytes, whatever the name; a compressed file is decompressed block by block to a
+  temporary file first, which checks it to its end, so a truncated or corrupt one is refused before
+  its first batch and never half imported; Parquet is told by its ``PAR1`` magic;
+* **chunking** — a CSV is cut into RFC 4180 records (:func:`connectors.billing_io.csv_chunks`) in
+  chunks of about ``chunk_rows`` records, a Parquet file decoded ``chunk_rows`` records at a time
+  and turned into the text a CSV would hold (the dialect's :meth:`Dialect.parquet_text`); line
+  numbers and refusals are the whole file's;
+* **the window** — a file whose billing period (from its path or manifest, else the dialect's
+  reading of its first chunk or first pass) does not overlap ``[start, end)`` is not read further;
+* **duplicates** — a ``line_key`` seen before in the file, in this chunk or an earlier one, is
+  refused (earlier chunks are remembered as 64-bit hashes with their first line: 16 bytes a line);
+* **counts** — every batch has ``read == accepted + refused + skipped``;
+* **file errors** — a file that cannot be read is *yielded* as its
+  :class:`~connectors.billing.BillingFileError` (never raised), so the files after it are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+import polars as pl
+
+from connectors.billing import BillingBatch, BillingFileError, RefusedRow, conform
+from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, open_stream, parquet_chunks
+
+Period = tuple[dt.datetime, dt.datetime]
+Chunk = tuple[pl.DataFrame, list[RefusedRow]]
+
+_PARQUET_MAGIC = b"PAR1"
+#: Bytes of a CSV read at a time by a first pass (cut at the last line end).
+PASS_BYTES = 1 << 22
+#: Records of a Parquet file decoded at a time by a first pass.
+PASS_ROWS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExportFile:
+    """One file a store lists: ``label`` names it in every message; ``open()`` gives a local path
+    for as long as the file is read (a store copies a remote object to a temporary file);
+    ``period`` is the billing period its path or manifest names, when one does."""
+
+    label: str
+    open: Callable[[], contextlib.AbstractContextManager[Path]]
+    period: Period | None = None
+    assembly_id: str | None = None
+
+
+class OpenedFile:
+    """A file being read: a plain local copy (``local``), whether it is Parquet, its columns, and a
+    first pass over only some columns (:meth:`blocks`) for the facts a dialect needs before the
+    first batch."""
+
+    def __init__(self, label: str, local: Path, parquet: bool, dialect: Dialect, block_bytes: int) -> None:
+        self.label, self.local, self.parquet = label, local, parquet
+        self.columns: list[str] = []
+        self._dialect, self._block = dialect, block_bytes
+
+    def chunks(self, rows: int) -> Iterator[Chunk]:
+        """The file as text frames of about ``rows`` records (``_line``: the file's)."""
+        if self.parquet:
+            for frame in parquet_chunks(self.local, self.label, rows):
+                yield self._dialect.parquet_text(frame), []
+            return
+        with _opened(self.local, self.label) as stream:
+            yield from csv_chunks(stream.read, self.label, rows, block=self._block)
+
+    def blocks(self, wanted: list[str]) -> Iterator[pl.DataFrame]:
+        """The ``wanted`` columns (those the file has, in file order) as text, one large block at a
+        time, without ``_line`` and without refusals (the batches report those). Polars' lazy CSV
+        scan holds the whole file in memory (261 MB for a 474 MB file), so CSV goes through the
+        same RFC 4180 records as the batches, only the wanted columns parsed."""
+        present = [c for c in self.columns if c in wanted]
+        try:
+            if self.parquet:
+                scan = pl.scan_parquet(self.local).select(present)
+                for batch in scan.collect_batches(chunk_size=PASS_ROWS):
+                    yield self._dialect.parquet_text(batch)
+                return
+            with _opened(self.local, self.label) as stream:
+                pieces = csv_chunks(stream.read, self.label, 1, columns=present, chunk_bytes=PASS_BYTES)
+                for frame, _refused in pieces:
+                    yield frame.drop(LINE)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise BillingFileError(
+                self.label, f"not a readable export file: {str(exc).splitlines()[0]}"
+            ) from None
+
+
+class FileDialect(Protocol):
+    """What a dialect knows of one file once it has seen its first chunk."""
+
+    #: the file's billing period (every batch carries it; the window check uses it); None: the
+    #: file names none, and its lines are replaced by file.
+    period: Period | None
+
+    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        """A text chunk (``_line`` numbered) → (lines with ``line_no`` and ``line_key``, refused)."""
+        ...
+
+    def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
+        """The refusal of ``line``, whose ``line_key`` is ``key``, already on line ``first``."""
+        ...
+
+    def finish(self, read: int, accepted: int, refused: int) -> None:
+        """The file is read (to log its counts)."""
+        ...
+
+
+class Dialect(Protocol):
+    """A provider's export layout (see docs/billing.md, "Writing a billing dialect")."""
+
+    def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """A Parquet frame's typed columns as the text a CSV export of the same data holds."""
+        ...
+
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> FileDialect:
+        """Check the header (a missing required column raises the file's ``BillingFileError``,
+        naming it), take the billing period (``period``: the path's or manifest's; else from
+        ``first`` or a first pass, ``opened.blocks``) and any facts needed before the first batch."""
+        ...
+
+
+class Duplicates:
+    """The line keys of one file seen so far: 64-bit hashes and the line each was first on."""
+
+    def __init__(self) -> None:
+        self._seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
+
+    def refuse(self, lines: pl.DataFrame, reader: FileDialect) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        """``lines`` (in line order) without the repeats of a key of this chunk or an earlier one;
+        the first stays, each repeat is refused by the dialect's :meth:`FileDialect.duplicate`."""
+        if lines.is_empty():
+            return lines, []
+        tagged = lines.with_columns(
+            pl.col("line_key").hash(seed=0).alias("_hash"),
+            pl.col("line_no").min().over("line_key").alias("_first"),
+        )
+        tagged = tagged.join(
+            self._seen.rename({"_first": "_earlier"}), on="_hash", how="left", maintain_order="left"
+        )
+        tagged = tagged.with_columns(pl.coalesce("_earlier", "_first").alias("_first")).drop("_earlier")
+        repeat = pl.col("line_no") != pl.col("_first")
+        refused = [
+            reader.duplicate(line, first, key)
+            for line, first, key in tagged.filter(repeat).select("line_no", "_first", "line_key").iter_rows()
+        ]
+        kept = tagged.filter(~repeat)
+        self._seen = pl.concat([self._seen, kept.select("_hash", pl.col("line_no").alias("_first"))])
+        return kept.drop("_hash", "_first"), refused
+
+
+def overlaps(period: Period, start: dt.datetime, end: dt.datetime) -> bool:
+    return period[0] < end and period[1] > start
+
+
+def read_files(
+    files: Iterator[ExportFile | BillingFileError],
+    dialect: Dialect,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    chunk_rows: int,
+    block_bytes: int = BLOCK_BYTES,
+) -> Iterator[BillingBatch | BillingFileError]:
+    """The batches of every file whose billing period overlaps ``[start, end)``; a store's listing
+    error or a file that cannot be read is yielded in its place and the next file is read."""
+    for item in files:
+        if isinstance(item, BillingFileError):
+            yield item
+            continue
+        try:
+            yield from read_file(item, dialect, start, end, chunk_rows=chunk_rows, block_bytes=block_bytes)
+        except BillingFileError as error:
+            yield error
+
+
+def read_file(
+    file: ExportFile,
+    dialect: Dialect,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    *,
+    chunk_rows: int,
+    block_bytes: int = BLOCK_BYTES,
+) -> Iterator[BillingBatch]:
+    """One file's batches (raises its ``BillingFileError``; :func:`read_files` yields it)."""
+    label = file.label
+    with contextlib.ExitStack() as stack:
+        opened = _plain(stack.enter_context(file.open()), label, stack, dialect, block_bytes)
+        chunks = opened.chunks(chunk_rows)
+        stack.callback(chunks.close)
+        first = next(chunks)  # csv_chunks and parquet_chunks yield at least one frame
+        opened.columns = [c for c in first[0].columns if c != LINE]
+        reader = dialect.begin(opened, first[0], file.period)
+        period = reader.period
+        if period is not None and start is not None and end is not None and not overlaps(period, start, end):
+            return  # a file of other billing periods
+        duplicates = Duplicates()
+        read = accepted = refused_count = 0
+        for frame, io_refused in _prepend(first, chunks):
+            batch_read = frame.height + len(io_refused)
+            lines, bad = reader.normalize(frame)
+            lines, repeated = duplicates.refuse(lines, reader)
+            refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
+            read, accepted, refused_count = (
+                read + batch_read,
+                accepted + lines.height,
+                refused_count + len(refused),
+            )
+            yield BillingBatch(
+                lines=conform(lines),
+                source_file=label,
+                refused=refused,
+                read=batch_read,
+                period_start=None if period is None else period[0],
+                period_end=None if period is None else period[1],
+                assembly_id=file.assembly_id,
+            )
+        reader.finish(read, accepted, refused_count)
+
+
+def _plain(path: Path, label: str, stack: contextlib.ExitStack, dialect: Dialect, block: int) -> OpenedFile:
+    """``path`` as a plain local file: a ZIP member or gzip stream is copied out to a temporary
+    file, block by block — decompressed to its end, so a truncated one fails here, before any
+    batch."""
+    with open_stream(path, label) as (read, compressed):
+        head = read(4)
+        if not compressed:
+            return OpenedFile(label, path, head == _PARQUET_MAGIC, dialect, block)
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-billing-")))
+        local = folder / "export"
+        try:
+            with local.open("wb") as out:
+                out.write(head)
+                while piece := read(block):
+                    out.write(piece)
+        except OSError as exc:
+            raise BillingFileError(label, f"cannot copy to a temporary file: {exc.strerror or exc}") from None
+    return OpenedFile(label, local, head == _PARQUET_MAGIC, dialect, block)
+
+
+@contextlib.contextmanager
+def _opened(path: Path, label: str) -> Iterator[IO[bytes]]:
+    try:
+        stream = path.open("rb")
+    except OSError as exc:
+        raise BillingFileError(label, f"cannot read: {exc.strerror or exc}") from None
+    with stream:
+        yield stream
+
+
+def _prepend(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
+    yield first
+    yield from rest
