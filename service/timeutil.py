@@ -1,38 +1,21 @@
-"""UTC time helpers. Every datetime in GPU Ledger is timezone-aware UTC."""
+"""The ledger's hour and month arithmetic on UTC times. Every datetime in GPU Ledger is
+timezone-aware UTC; the basic helpers (``as_utc``, ``to_ms``…) are the connector SDK's and are
+re-exported here for the service's imports.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 
-UTC = dt.UTC
+from connectors.sdk.timeutil import EPOCH as EPOCH
+from connectors.sdk.timeutil import UTC as UTC
+from connectors.sdk.timeutil import as_utc as as_utc
+from connectors.sdk.timeutil import from_ms as from_ms
+from connectors.sdk.timeutil import parse_utc as parse_utc
+from connectors.sdk.timeutil import to_ms as to_ms
+
 HOUR_S = 3600
 HOUR_MS = 3_600_000
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def as_utc(value: dt.datetime) -> dt.datetime:
-    """The same instant in UTC; a naive datetime is an error, never silently local time."""
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value.isoformat()} has no timezone; give UTC (…Z)")
-    return value.astimezone(UTC)
-
-
-def parse_utc(text: str) -> dt.datetime:
-    """ISO 8601 with an explicit offset or Z; a bare date means midnight UTC."""
-    text = text.strip()
-    if len(text) == 10:
-        return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return as_utc(value)
-
-
-def to_ms(value: dt.datetime) -> int:
-    delta = as_utc(value) - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def from_ms(ms: int) -> dt.datetime:
-    return EPOCH + dt.timedelta(milliseconds=int(ms))
 
 
 def hour_index(value: dt.datetime) -> int:

@@ -1,0 +1,114 @@
+"""The GPU Ledger connector SDK: everything a connector plugin imports, and nothing from ``service``.
+
+A plugin imports from this package (``from connectors.sdk import MetricsConnector, SampleBatch``).
+The service depends on it; it depends on no service module (tests/test_import_direction.py).
+
+- ``metrics``: ``MetricsConnector`` Protocol, ``SampleBatch``, ``DeviceInfo``, ``WorkloadInfo``,
+  ``Sampling``, ``SAMPLE_SCHEMA``;
+- ``billing``: ``BillingSource`` Protocol, ``BillingBatch``, ``BILLING_SCHEMA``, ``RefusedRow``,
+  ``BillingFileError``, ``BillingConfig``;
+- ``config``: ``ConnectorConfig``; ``errors``: ``ConnectorStatus`` and the error classes;
+- ``units``: metric keys and their units; ``currencies``: ISO 4217 codes; ``timeutil``: UTC helpers.
+
+Polars-backed names (``SAMPLE_SCHEMA`` and the whole billing half) are loaded on first use
+(PEP 562), so the node agent, which imports the metrics half and must stay small, never loads
+Polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from connectors.sdk.config import ConnectorConfig
+from connectors.sdk.currencies import BILLING_CURRENCIES, is_currency
+from connectors.sdk.errors import (
+    ConfigurationError,
+    ConnectorError,
+    ConnectorStatus,
+    FatalSourceError,
+    RetriableError,
+    close_connector,
+)
+from connectors.sdk.metrics import (
+    SAMPLE_COLUMNS,
+    DeviceInfo,
+    MetricsConnector,
+    SampleBatch,
+    Sampling,
+    WorkloadInfo,
+    devices_in,
+    empty_samples,
+)
+from connectors.sdk.timeutil import EPOCH, UTC, as_utc, from_ms, parse_utc, to_ms
+from connectors.sdk.units import (
+    COUNTER_METRICS,
+    GAUGE_METRICS,
+    MEASURED_METRICS,
+    UTIL_METRICS,
+    Metric,
+)
+
+#: Names whose module imports Polars: resolved on first access.
+_LAZY: dict[str, str] = {
+    "SAMPLE_SCHEMA": "connectors.sdk.metrics",
+    **dict.fromkeys(
+        (
+            "BILLING_SCHEMA",
+            "MONEY",
+            "UTC_TIME",
+            "BillingBatch",
+            "BillingConfig",
+            "BillingFileError",
+            "BillingSource",
+            "ChargeCategory",
+            "PricingModel",
+            "RefusedRow",
+            "conform",
+            "empty_lines",
+        ),
+        "connectors.sdk.billing",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "BILLING_CURRENCIES",
+    "COUNTER_METRICS",
+    "EPOCH",
+    "GAUGE_METRICS",
+    "MEASURED_METRICS",
+    "SAMPLE_COLUMNS",
+    "UTC",
+    "UTIL_METRICS",
+    "ConfigurationError",
+    "ConnectorConfig",
+    "ConnectorError",
+    "ConnectorStatus",
+    "DeviceInfo",
+    "FatalSourceError",
+    "Metric",
+    "MetricsConnector",
+    "RetriableError",
+    "SampleBatch",
+    "Sampling",
+    "WorkloadInfo",
+    "as_utc",
+    "close_connector",
+    "devices_in",
+    "empty_samples",
+    "from_ms",
+    "is_currency",
+    "parse_utc",
+    "to_ms",
+    *_LAZY,
+]
