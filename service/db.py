@@ -117,9 +117,9 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
             return
         dbapi = connection.connection.dbapi_connection
         assert dbapi is not None
-        legacy = dbapi.isolation_level  # type: ignore[attr-defined]
+        legacy = dbapi.isolation_level
         # Nothing is open on a freshly checked-out connection: setting None commits nothing.
-        dbapi.isolation_level = None  # type: ignore[attr-defined]
+        dbapi.isolation_level = None
         try:
             connection.exec_driver_sql("BEGIN IMMEDIATE")  # SQLAlchemy's transaction autobegins with it
             try:
@@ -130,7 +130,7 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
             connection.commit()
         finally:
             # The connection goes back to the pool: as every other connection of the engine.
-            dbapi.isolation_level = legacy  # type: ignore[attr-defined]
+            dbapi.isolation_level = legacy
 
 
 def migrate(engine_or_url: Engine | str | URL, revision: str = "head") -> None:

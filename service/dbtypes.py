@@ -1,13 +1,15 @@
-"""Column types that keep the ledger's promises on every database: UTC-aware timestamps."""
+"""Column types that keep the ledger's promises on every database (UTC-aware timestamps), and the
+typed handle on a SQLModel table class's Core table."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import DateTime
+from sqlalchemy import DateTime, Table, inspect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+from sqlmodel import SQLModel
 
 from service.timeutil import UTC, as_utc
 
@@ -33,3 +35,15 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         if isinstance(value, str):
             value = dt.datetime.fromisoformat(value)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core ``Table`` of a ``table=True`` model, for inserts and column lists.
+
+    SQLModel sets ``__table__`` when the class is created but does not declare it, so type checkers
+    cannot see it; the mapper's table is the same object, typed.
+    """
+    table = inspect(model).local_table
+    if not isinstance(table, Table):
+        raise TypeError(f"{model.__name__} is not mapped to one table")
+    return table

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -84,7 +85,7 @@ def configure_logging(
     )
 
 
-def _identity(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _identity(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     return event_dict
 
 

@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from connectors.agent import AgentConfig
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig
 from service.auth.push_callers import PushRefusal, push_caller, refuse_agent
+from service.dbtypes import table_of
 from service.models import ConnectorState, PushedBatch, PushedDevice, PushedSample, PushedWorkload
 from service.push_batch import BadBatch, BatchIn, backfill_start, check_batch, content_sha256, parse_batch
 from service.telemetry import Telemetry
@@ -111,7 +112,7 @@ def store_batch(
             stored = _stored_sha(conn, batch.batch_id)
             if stored is not None:
                 return _replay(stored[0], sha)
-            conn.execute(insert(PushedBatch.__table__), [head])
+            conn.execute(insert(table_of(PushedBatch)), [head])
             _insert_samples(conn, batch)
             devices = [d.model_dump() for d in batch.devices]
             _replace(conn, PushedDevice, "device_id", batch.agent, devices, now)
@@ -133,7 +134,7 @@ def store_batch(
 
 def _stored_sha(conn: Any, batch_id: str) -> tuple[str | None] | None:
     """``(content_sha256,)`` of the stored batch ``batch_id``, None when there is none."""
-    table = PushedBatch.__table__
+    table = table_of(PushedBatch)
     row = conn.execute(select(table.c.content_sha256).where(table.c.batch_id == batch_id)).first()
     return None if row is None else (row[0],)
 
@@ -172,7 +173,7 @@ def _insert_samples(conn: Any, batch: BatchIn) -> None:
             conn.exec_driver_sql(sql, rows.rows())
         return
     for rows in frame.iter_slices(INSERT_ROWS):
-        conn.execute(insert(PushedSample.__table__), rows.to_dicts())
+        conn.execute(insert(table_of(PushedSample)), rows.to_dicts())
 
 
 def _rewind_watermark(conn: Any, agent: str, reach: dt.datetime, floor: dt.datetime) -> None:
@@ -186,7 +187,7 @@ def _rewind_watermark(conn: Any, agent: str, reach: dt.datetime, floor: dt.datet
     move the watermark past ``reach`` when it finishes (it keeps the max): rare, and ``gpu-ledger
     ingest`` over those hours repairs it."""
     reach = max(reach, floor)
-    table = ConnectorState.__table__
+    table = table_of(ConnectorState)
     conn.execute(
         update(table).where(table.c.name == agent, table.c.watermark > reach).values(watermark=reach)
     )
@@ -199,7 +200,7 @@ def _replace(
     Keys go 500 to a DELETE: SQLite and PostgreSQL cap the parameters of one statement."""
     if not items:
         return
-    table = model.__table__
+    table = table_of(model)
     keys = [item[key] for item in items]
     for i in range(0, len(keys), 500):
         conn.execute(delete(table).where(and_(table.c.agent == agent, table.c[key].in_(keys[i : i + 500]))))

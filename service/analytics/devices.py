@@ -18,6 +18,7 @@ from sqlalchemy import Connection, func, select
 from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
 from service.analytics.window import DAY_TABLE, access_conditions
+from service.dbtypes import table_of
 from service.models import ConnectorState, Device
 
 #: DeviceFilter keys → ``device`` columns.
@@ -74,7 +75,7 @@ def devices_page(
         raise InvalidArgument(f"first must not be negative (got {first})")
     if first > page_size_max:
         raise PageSizeTooLarge(f"first={first} is above the page size limit of {page_size_max}")
-    table = Device.__table__  # type: ignore[attr-defined]
+    table = table_of(Device)
     terms = [table.c[k].in_(list(v)) for k, v in filters.items() if v]
     if not access.everything:
         held = select(DAY_TABLE.c.device_id).where(*access_conditions(DAY_TABLE, access)).distinct()
@@ -90,6 +91,6 @@ def devices_page(
 
 def connector_states(conn: Connection, access: Access) -> list[ConnectorState]:
     access.require_everything("connectors")
-    table = ConnectorState.__table__  # type: ignore[attr-defined]
+    table = table_of(ConnectorState)
     rows = conn.execute(select(table).order_by(table.c.name)).all()
     return [ConnectorState.model_validate(dict(r._mapping)) for r in rows]

@@ -14,6 +14,7 @@ from decimal import Decimal
 from sqlalchemy import Connection, or_, select
 
 from service.analytics.errors import MissingFxRate, UnknownCurrency
+from service.dbtypes import table_of
 from service.models import FxRate, LedgerDay
 from service.timeutil import EPOCH
 
@@ -31,8 +32,8 @@ def check_currency(conn: Connection, code: str) -> str:
     normalized = code.strip().upper()
     if not _ISO_4217.match(normalized):
         raise UnknownCurrency(f"currency {code!r} is not an ISO 4217 code (three letters, e.g. USD)")
-    fx = FxRate.__table__  # type: ignore[attr-defined]
-    day = LedgerDay.__table__  # type: ignore[attr-defined]
+    fx = table_of(FxRate)
+    day = table_of(LedgerDay)
     known = (
         conn.execute(
             select(fx.c.id).where(or_(fx.c.base == normalized, fx.c.quote == normalized)).limit(1)
@@ -56,7 +57,7 @@ class FxTable:
         days = sorted(set(day_indexes))
         if not others or not days:
             return
-        fx = FxRate.__table__  # type: ignore[attr-defined]
+        fx = table_of(FxRate)
         stmt = select(fx.c.base, fx.c.quote, fx.c.day, fx.c.rate).where(
             fx.c.day >= day_of(days[0]),
             fx.c.day <= day_of(days[-1]),

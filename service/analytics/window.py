@@ -33,6 +33,7 @@ from sqlalchemy import select as sa_select
 from service.analytics.access import Access
 from service.analytics.dims import Granularity, LedgerFilter
 from service.analytics.errors import InvalidWindow, WindowNotAligned, WindowTooLarge
+from service.dbtypes import table_of
 from service.models import LedgerDay, LedgerHour
 from service.money import Money
 from service.timeutil import EPOCH, HOUR_S, floor_hour, hour_index, hour_start, is_hour_aligned, month_start
@@ -41,8 +42,8 @@ HOURS_PER_DAY = 24
 #: day_index 0 (1970-01-01) was a Thursday: ISO week = (day_index + 3) // 7, starting on Monday.
 WEEK_OFFSET_DAYS = 3
 
-HOUR_TABLE: Table = LedgerHour.__table__  # type: ignore[attr-defined]
-DAY_TABLE: Table = LedgerDay.__table__  # type: ignore[attr-defined]
+HOUR_TABLE: Table = table_of(LedgerHour)
+DAY_TABLE: Table = table_of(LedgerDay)
 _HOUR_ONLY = {"id", "hour_start", "hour_index", "power_avg_w", "mem_used_avg_b"}
 #: Columns both tables carry (dimensions, measures, day_index, month_index), in table order.
 SHARED_COLUMNS: tuple[str, ...] = tuple(

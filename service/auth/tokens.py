@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.auth.principal import Principal, check_scope
 from service.db import SQLITE_BUSY_TIMEOUT_MS
+from service.dbtypes import table_of
 from service.logging import get_logger
 from service.models import ApiToken
 
@@ -99,7 +100,7 @@ class TokenStore:
 
     def __init__(self, engine: Engine, clock: Clock = _utc_now):
         self.engine, self.clock = engine, clock
-        self._table = ApiToken.__table__  # type: ignore[attr-defined]
+        self._table = table_of(ApiToken)
 
     def create(
         self, name: str, scopes: Iterable[str], expires_days: int | None = None
@@ -117,12 +118,13 @@ class TokenStore:
             raise TokenError(f"--expires-days {expires_days}: must be between 1 and {MAX_EXPIRES_DAYS}")
         now = self.clock()
         secret = PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+        expires_at = now + dt.timedelta(days=expires_days) if expires_days else None
         row = {
             "name": name,
             "secret_sha256": hash_secret(secret),
             "scopes": " ".join(scope_list),
             "created_at": now,
-            "expires_at": now + dt.timedelta(days=expires_days) if expires_days else None,
+            "expires_at": expires_at,
         }
         with self.engine.begin() as conn:
             if conn.execute(select(self._table.c.id).where(self._table.c.name == name)).first():
@@ -131,7 +133,7 @@ class TokenStore:
                 conn.execute(self._table.insert().values(**row))
             except IntegrityError:  # created concurrently under the same name
                 raise TokenError(f'a token named "{name}" exists already') from None
-        return secret, TokenInfo(name, tuple(scope_list), now, row["expires_at"], None, None)
+        return secret, TokenInfo(name, tuple(scope_list), now, expires_at, None, None)
 
     def list_all(self) -> list[TokenInfo]:
         with self.engine.connect() as conn:

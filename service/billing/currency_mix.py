@@ -14,10 +14,11 @@ from collections.abc import Mapping
 import polars as pl
 from sqlalchemy import Connection, select, update
 
+from service.dbtypes import table_of
 from service.models import ConnectorState, FxRate
 
-_FX = FxRate.__table__
-_STATES = ConnectorState.__table__
+_FX = table_of(FxRate)
+_STATES = table_of(ConnectorState)
 
 
 def count(lines: pl.DataFrame, into: dict[str, int]) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, func, or_, select
 from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
 from service.analytics.window import Window
+from service.dbtypes import table_of
 from service.models import BillingLine, GpuRate
 
 #: Filter keys of billing_lines_page → billing_line columns.
@@ -69,7 +70,7 @@ def billing_lines_page(
         raise InvalidArgument(f"first must not be negative (got {first})")
     if first > page_size_max:
         raise PageSizeTooLarge(f"first={first} is above the page size limit of {page_size_max}")
-    t = BillingLine.__table__  # type: ignore[attr-defined]
+    t = table_of(BillingLine)
     terms: list[Any] = []
     if window is not None:
         terms += [t.c.charge_start < window.end, t.c.charge_end > window.start]
@@ -89,7 +90,7 @@ def rates_in(
 ) -> list[GpuRate]:
     """The GPU rates valid at some time in ``window`` matching ``filters``."""
     access.require_everything("rates")
-    t = GpuRate.__table__  # type: ignore[attr-defined]
+    t = table_of(GpuRate)
     terms: list[Any] = [t.c.valid_from < window.end, or_(t.c.valid_to.is_(None), t.c.valid_to > window.start)]
     terms += [t.c[k].in_(list(v)) for k, v in filters.items() if v and k in RATE_FILTER_COLUMNS]
     stmt = select(t).where(*terms).order_by(t.c.environment, t.c.instance_id, t.c.valid_from, t.c.id)

@@ -44,6 +44,7 @@ from fractions import Fraction
 
 import polars as pl
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Engine,
     and_,
@@ -59,6 +60,7 @@ from sqlalchemy import (
 )
 
 from service.billing.catalog import InstanceCatalog, bundled_catalog
+from service.dbtypes import table_of
 from service.ledger import store
 from service.models import BillingLine, Device, GpuRate, LedgerHour
 from service.money import Money, Quantity, from_nanos, to_nanos
@@ -71,8 +73,8 @@ UNMONITORED_SUFFIX = "/unmonitored"
 US_PER_HOUR = 3_600_000_000
 _FRACTION_DENOMINATOR = 1000  # as service.pricing.apply: MIG k/7 stays exact
 
-_LINE = BillingLine.__table__  # type: ignore[attr-defined]
-_HOUR = LedgerHour.__table__  # type: ignore[attr-defined]
+_LINE = table_of(BillingLine)
+_HOUR = table_of(LedgerHour)
 #: Sets one ledger row's price (executemany over ``_id``/``_cost``/``_idle``/``_cur``/``_src``).
 _SET_PRICE = (
     update(_HOUR)
@@ -85,17 +87,17 @@ _SET_PRICE = (
         rate_source=bindparam("_src"),
     )
 )
-_RATE = GpuRate.__table__  # type: ignore[attr-defined]
-_DEVICE = Device.__table__  # type: ignore[attr-defined]
+_RATE = table_of(GpuRate)
+_DEVICE = table_of(Device)
 
 
 def unmonitored_device_id(resource_id: str) -> str:
     return f"{resource_id}{UNMONITORED_SUFFIX}"
 
 
-def is_unmonitored(column: object) -> object:
+def is_unmonitored(column: ColumnElement[str]) -> ColumnElement[bool]:
     """SQL: the row is an unmonitored-spend row (its device id ends with ``/unmonitored``)."""
-    return column.like(f"%{UNMONITORED_SUFFIX}")  # type: ignore[attr-defined]
+    return column.like(f"%{UNMONITORED_SUFFIX}")
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,7 @@ def _device_rows(conn: Connection, start_h: int, end_h: int, resources: list[str
         c.hour_index >= start_h,
         c.hour_index < end_h,
         c.instance_id.in_(resources),
-        ~is_unmonitored(c.device_id),  # type: ignore[operator]
+        ~is_unmonitored(c.device_id),
     )
     rows = conn.execute(stmt).all()
     schema = {
@@ -396,10 +398,10 @@ def reprice(
 
         updates: list[dict[str, object]] = []
         unmonitored: list[dict[str, object]] = []
-        rates: list[dict[str, object]] = []
+        rates: list[_RateRun] = []
         repriced_ids: set[int] = set()
         for resource, res in sorted(book.items()):
-            run: dict[str, object] | None = None
+            run: _RateRun | None = None
             for h in sorted(res.hours):
                 rh = res.hours[h]
                 rows = dev_by_hour.get((resource, h), [])
@@ -424,20 +426,17 @@ def reprice(
                 if eff_rate is None:
                     run = None
                     continue
-                values = (
+                key = (
                     eff_rate,
                     _per_gpu_hour(rh.billed, denominator),
                     _per_gpu_hour(rh.list, denominator),
+                    rh.currency,
+                    rh.source,
                 )
-                if (
-                    run is not None
-                    and run["_values"] == (*values, rh.currency, rh.source)
-                    and run["_h1"] == h
-                ):
-                    run["_h1"] = h + 1
+                if run is not None and run.key == key and run.end_h == h:
+                    run.end_h = h + 1
                     continue
-                run = {"_values": (*values, rh.currency, rh.source), "_h0": h, "_h1": h + 1, "_res": res,
-                       "_resource": resource}  # fmt: skip
+                run = _RateRun(key, h, h + 1, res.provider, resource)
                 rates.append(run)
 
         _replace_rates(conn, start, end, [_rate_record(r) for r in rates])
@@ -495,19 +494,30 @@ def _unmonitored_row(
     }
 
 
-def _rate_record(run: dict[str, object]) -> dict[str, object]:
-    eff, billed, lst, currency, source = run["_values"]  # type: ignore[misc]
-    res: _Resource = run["_res"]  # type: ignore[assignment]
+@dataclass
+class _RateRun:
+    """Consecutive hours of one resource at the same rates: one billing ``GpuRate`` row."""
+
+    # (effective, billed, list) nanos per GPU-hour, currency, billing source
+    key: tuple[int, int | None, int | None, str, str]
+    start_h: int
+    end_h: int
+    provider: str
+    resource: str
+
+
+def _rate_record(run: _RateRun) -> dict[str, object]:
+    eff, billed, lst, currency, source = run.key
     return {
         "source_kind": BILLING_KIND,
         "source_ref": source,
         "precedence": BILLING_PRECEDENCE,
-        "environment": res.provider,
-        "instance_id": run["_resource"],
+        "environment": run.provider,
+        "instance_id": run.resource,
         "instance_type": None,
         "gpu_model": None,
-        "valid_from": hour_start(run["_h0"]),  # type: ignore[arg-type]
-        "valid_to": hour_start(run["_h1"]),  # type: ignore[arg-type]
+        "valid_from": hour_start(run.start_h),
+        "valid_to": hour_start(run.end_h),
         "effective_per_gpu_hour": from_nanos(eff),
         "billed_per_gpu_hour": None if billed is None else from_nanos(billed),
         "list_per_gpu_hour": None if lst is None else from_nanos(lst),
@@ -538,15 +548,18 @@ def _replace_rates(
 def _upsert_devices(conn: Connection, rows: list[dict[str, object]]) -> None:
     """Register each unmonitored pseudo-device so it lists, groups and filters like a device."""
     spans: dict[str, dict[str, object]] = {}
+    hours: dict[str, list[dt.datetime]] = defaultdict(list)
     for r in rows:
-        d = spans.setdefault(str(r["device_id"]), dict(r, first=r["hour_start"], last=r["hour_start"]))
-        d["first"], d["last"] = min(d["first"], r["hour_start"]), max(d["last"], r["hour_start"])  # type: ignore[type-var]
+        device_id, hour = str(r["device_id"]), r["hour_start"]
+        assert isinstance(hour, dt.datetime), "_unmonitored_row sets hour_start"
+        spans.setdefault(device_id, r)
+        hours[device_id].append(hour)
     existing = {
         r.device_id: r
         for r in conn.execute(select(_DEVICE).where(_DEVICE.c.device_id.in_(list(spans)))).all()
     }
     for device_id, d in spans.items():
-        last = d["last"] + dt.timedelta(hours=1)  # type: ignore[operator]
+        first, last = min(hours[device_id]), max(hours[device_id]) + dt.timedelta(hours=1)
         values = {
             k: d[k]
             for k in (
@@ -563,15 +576,13 @@ def _upsert_devices(conn: Connection, rows: list[dict[str, object]]) -> None:
         old = existing.get(device_id)
         if old is None:
             conn.execute(
-                insert(_DEVICE).values(device_id=device_id, first_seen=d["first"], last_seen=last, **values)
+                insert(_DEVICE).values(device_id=device_id, first_seen=first, last_seen=last, **values)
             )
         else:
             conn.execute(
                 update(_DEVICE)
                 .where(_DEVICE.c.device_id == device_id)
-                .values(
-                    first_seen=min(old.first_seen, d["first"]), last_seen=max(old.last_seen, last), **values
-                )
+                .values(first_seen=min(old.first_seen, first), last_seen=max(old.last_seen, last), **values)
             )
 
 
@@ -583,7 +594,7 @@ def _reprice_orphans(conn: Connection, start_h: int, end_h: int, repriced: set[i
         c.hour_index >= start_h,
         c.hour_index < end_h,
         c.rate_source.like(f"{BILLING_KIND}:%"),
-        ~is_unmonitored(c.device_id),  # type: ignore[operator]
+        ~is_unmonitored(c.device_id),
     )
     rows = [r for r in conn.execute(stmt).mappings() if r["id"] not in repriced]
     if not rows:
@@ -625,9 +636,7 @@ def reprice_after_metrics(
     unmonitored rows). Nothing to do — and no transaction — where no billing line overlaps."""
     with engine.connect() as conn:
         billed = conn.execute(
-            select(BillingLine.id)
-            .where(BillingLine.charge_start < end, BillingLine.charge_end > start)
-            .limit(1)
+            select(_LINE.c.id).where(_LINE.c.charge_start < end, _LINE.c.charge_end > start).limit(1)
         ).first()
     if billed is None:
         return None

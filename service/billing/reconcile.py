@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
+from typing import Any
 
 from sqlalchemy import Connection, case, func, or_, select, type_coerce
 
@@ -41,12 +42,13 @@ from service.analytics.paging import WHOLE, Page
 from service.analytics.window import Window, ledger_source, money_sum
 from service.billing.catalog import GPU_LOOKING
 from service.billing.rates import is_unmonitored
+from service.dbtypes import table_of
 from service.models import BillingLine
 from service.money import Money, Quantity, quantize
 from service.timeutil import EPOCH
 
 CLOUDS = ("aws", "gcp", "azure")
-_LINE = BillingLine.__table__  # type: ignore[attr-defined]
+_LINE = table_of(BillingLine)
 ZERO = Decimal("0E-9")
 _GPU_LOOKING = re.compile(GPU_LOOKING)
 
@@ -138,7 +140,7 @@ def _kind(
 
 def _billing(
     conn: Connection, window: Window, filters: Mapping[str, Sequence[str]], share: Decimal
-) -> list[dict]:  # type: ignore[type-arg]
+) -> list[dict[str, Any]]:
     c = _LINE.c
     gpu_sku = c.is_gpu_sku.is_(True)
     # Unused reservation / savings plan (Azure UnusedReservation, FOCUS "Unused" status…). Not the
@@ -200,9 +202,9 @@ def _billing(
     return out
 
 
-def _ledger(conn: Connection, window: Window, filters: Mapping[str, Sequence[str]]) -> list[dict]:  # type: ignore[type-arg]
+def _ledger(conn: Connection, window: Window, filters: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
     src = ledger_source(window, Granularity.DAY, LedgerFilter(), ALL)  # reconcile() checked access
-    real = ~is_unmonitored(src.c.device_id)  # type: ignore[operator]
+    real = ~is_unmonitored(src.c.device_id)
     terms = [src.c.environment.in_(CLOUDS)]
     for key, col in (
         ("provider", src.c.provider),

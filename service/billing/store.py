@@ -15,13 +15,14 @@ import polars as pl
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 
 from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
+from service.dbtypes import table_of
 from service.models import BillingFile, BillingLine, Rejection
 
 #: Keys per ``IN (…)`` query: under SQLite's and PostgreSQL's bound-parameter limits.
 KEY_CHUNK = 500
 
-_LINES = BillingLine.__table__
-_FILES = BillingFile.__table__
+_LINES = table_of(BillingLine)
+_FILES = table_of(BillingFile)
 #: The temporary table (SQLite) a batch's keys are probed through.
 _PROBE = "billing_key_probe"
 _EXACT = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]  # Money / Quantity columns
@@ -208,7 +209,7 @@ def insert_rejections(conn: Connection, run_id: int, source: str, refused: Seque
     if not refused:
         return
     conn.execute(
-        insert(Rejection.__table__),
+        insert(table_of(Rejection)),
         [
             {
                 "run_id": run_id,
