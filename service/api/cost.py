@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 from typing import Annotated
 
@@ -80,8 +81,8 @@ class CostRow(LedgerBucket):
             cost=Money.of(r.cost, r.currency),
             idle_cost=Money.of(r.idle_cost, r.currency),
             shared_idle_cost=Money.of(r.shared_idle_cost, r.currency),
-            gpu_hours=gql_float(r.gpu_hours),  # type: ignore[arg-type]
-            unpriced_gpu_hours=gql_float(r.unpriced_gpu_hours),  # type: ignore[arg-type]
+            gpu_hours=gql_float(r.gpu_hours),
+            unpriced_gpu_hours=gql_float(r.unpriced_gpu_hours),
             rate_source=r.rate_source,
             unallocated=r.unallocated,
         )
@@ -104,8 +105,8 @@ class EffectiveCostRow(LedgerBucket):
     def of(cls, r: effective_q.EffectiveCostRow, cursor: str) -> EffectiveCostRow:
         return cls(
             **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
-            gpu_hours=gql_float(r.gpu_hours),  # type: ignore[arg-type]
-            effective_gpu_hours=gql_float(r.effective_gpu_hours),  # type: ignore[arg-type]
+            gpu_hours=gql_float(r.gpu_hours),
+            effective_gpu_hours=gql_float(r.effective_gpu_hours),
             cost=Money.of(r.cost, r.currency),
             cost_per_gpu_hour=Money.maybe(r.cost_per_gpu_hour, r.currency),
             cost_per_effective_gpu_hour=Money.maybe(r.cost_per_effective_gpu_hour, r.currency),
@@ -127,7 +128,7 @@ class CostQuery:
         info: Info[ApiContext, None],
         window: Annotated[TimeWindow, strawberry.argument(description=WINDOW)],
         granularity: Annotated[Granularity, strawberry.argument(description=GRANULARITY)] = Granularity.TOTAL,
-        group_by: Annotated[list[Dimension], strawberry.argument(description=GROUP_BY)] = (),  # type: ignore[assignment]
+        group_by: Annotated[Sequence[Dimension], strawberry.argument(description=GROUP_BY)] = (),
         filter: FILTER = None,  # noqa: A002
         idle_policy: Annotated[
             IdlePolicy, strawberry.argument(description="Where unallocated cost goes.")
@@ -145,7 +146,7 @@ class CostQuery:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
         page = aggregate_page(ctx.settings, "cost", first, after)
-        policy = dims.IdlePolicy[idle_policy.value]
+        policy = dims.IdlePolicy[idle_policy.name]  # names are the values
         rows = await ctx.read(lambda conn: cost_q.cost(conn, q, policy, currency, page=page))
         return [CostRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
 
@@ -156,7 +157,7 @@ class CostQuery:
         self,
         info: Info[ApiContext, None],
         window: Annotated[TimeWindow, strawberry.argument(description=WINDOW)],
-        group_by: Annotated[list[Dimension], strawberry.argument(description=GROUP_BY)] = (  # type: ignore[assignment]
+        group_by: Annotated[Sequence[Dimension], strawberry.argument(description=GROUP_BY)] = (
             Dimension.ENVIRONMENT,
             Dimension.GPU_MODEL,
         ),

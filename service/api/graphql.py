@@ -18,6 +18,7 @@ import strawberry
 from cross_web import HTTPException
 from sqlalchemy import Engine
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
@@ -72,6 +73,7 @@ class LedgerGraphQL(GraphQL[ApiContext, None]):
             return
         caller = caller_key(scope)
         wait_s = self.rate.take(caller)
+        response: Response
         if wait_s > 0:
             retry_s = max(1, math.ceil(wait_s))
             per_minute = self.settings.limits.rate_per_minute

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import strawberry
@@ -56,11 +57,11 @@ class IdleWasteRow(LedgerBucket):
     def of(cls, r: analytics.IdleRow, threshold_pct: float, cursor: str) -> IdleWasteRow:
         return cls(
             **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
-            idle_gpu_hours=gql_float(r.idle_gpu_hours),  # type: ignore[arg-type]
+            idle_gpu_hours=gql_float(r.idle_gpu_hours),
             idle_cost=Money.of(r.idle_cost, r.currency),
-            allocated_idle_gpu_hours=gql_float(r.allocated_idle_gpu_hours),  # type: ignore[arg-type]
+            allocated_idle_gpu_hours=gql_float(r.allocated_idle_gpu_hours),
             allocated_idle_cost=Money.of(r.allocated_idle_cost, r.currency),
-            unallocated_idle_gpu_hours=gql_float(r.unallocated_idle_gpu_hours),  # type: ignore[arg-type]
+            unallocated_idle_gpu_hours=gql_float(r.unallocated_idle_gpu_hours),
             unallocated_idle_cost=Money.of(r.unallocated_idle_cost, r.currency),
             longest_idle_streak_hours=r.longest_idle_streak_hours,
             threshold_pct=threshold_pct,
@@ -76,7 +77,7 @@ class IdleQuery:
         info: Info[ApiContext, None],
         window: Annotated[TimeWindow, strawberry.argument(description=WINDOW)],
         granularity: Annotated[Granularity, strawberry.argument(description=GRANULARITY)] = Granularity.TOTAL,
-        group_by: Annotated[list[Dimension], strawberry.argument(description=GROUP_BY)] = (),  # type: ignore[assignment]
+        group_by: Annotated[Sequence[Dimension], strawberry.argument(description=GROUP_BY)] = (),
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
         threshold_pct: Annotated[

@@ -4,6 +4,7 @@ normalized bill) and ``rates`` (the per-GPU-hour prices the ledger applies)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any
@@ -85,9 +86,9 @@ class ReconciliationRow:
             account=r.account,
             resource=r.resource,
             day=r.day,
-            billed_gpu_hours=gql_float(float(r.billed_gpu_hours)),  # type: ignore[arg-type]
-            metered_gpu_hours=gql_float(r.metered_gpu_hours),  # type: ignore[arg-type]
-            gpu_hours_variance=gql_float(r.gpu_hours_variance),  # type: ignore[arg-type]
+            billed_gpu_hours=gql_float(float(r.billed_gpu_hours)),
+            metered_gpu_hours=gql_float(r.metered_gpu_hours),
+            gpu_hours_variance=gql_float(r.gpu_hours_variance),
             gpu_hours_variance_pct=gql_float(r.gpu_hours_variance_pct),
             billed_cost=Money.of(r.billed_cost, r.currency),
             ledger_cost=Money.of(r.ledger_cost, r.currency),
@@ -212,9 +213,9 @@ class ReconciliationQuery:
         info: Info[ApiContext, None],
         window: Annotated[TimeWindow, strawberry.argument(description=WINDOW)],
         group_by: Annotated[
-            list[ReconciliationDimension],
+            Sequence[ReconciliationDimension],
             strawberry.argument(description="Keys to keep; the rest are summed."),
-        ] = (  # type: ignore[assignment]
+        ] = (
             ReconciliationDimension.PROVIDER,
             ReconciliationDimension.ACCOUNT,
             ReconciliationDimension.RESOURCE,
@@ -231,7 +232,7 @@ class ReconciliationQuery:
     ) -> list[ReconciliationRow]:
         ctx = info.context
         w = check_window(window.start, window.end, max_days=ctx.settings.max_window_days)
-        keys = tuple(recon.Key[d.value] for d in group_by)
+        keys = tuple(recon.Key[d.name] for d in group_by)  # names are the values
         filters = {k: v for k, v in vars(filter).items() if v} if filter is not None else {}
         tol = Decimal(repr(tolerance_pct))
         share, access = ctx.settings.gpu_cost_share, ctx.access

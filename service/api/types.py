@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from decimal import Decimal
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, overload
 
 import strawberry
 
@@ -63,7 +64,7 @@ class Granularity(Enum):
     TOTAL = strawberry.enum_value("TOTAL", description="one bucket for the whole window (periodStart null)")
 
     def domain(self) -> dims.Granularity:
-        return dims.Granularity[self.value]
+        return dims.Granularity[self.name]  # names are the values
 
 
 @strawberry.enum(description="Utilization metric for effective and idle figures (DESIGN §2).")
@@ -75,7 +76,8 @@ class UtilMetric(Enum):
 
 
 def metric_key(metric: UtilMetric | None) -> str | None:
-    return None if metric is None else metric.value
+    # The metric keys are the member names in lower case (strawberry types .value as its definition).
+    return None if metric is None else metric.name.lower()
 
 
 METRIC_DESCRIPTION = (
@@ -121,7 +123,7 @@ def ledger_query(
     settings: ApiSettings,
     window: TimeWindow,
     granularity: Granularity,
-    group_by: list[Dimension] | tuple[Dimension, ...],
+    group_by: Sequence[Dimension],
     flt: LedgerFilter | None,
     *,
     access: Access,
@@ -175,6 +177,10 @@ METRIC = Annotated[
 ]
 
 
+@overload
+def gql_float(value: float) -> float: ...
+@overload
+def gql_float(value: float | None) -> float | None: ...
 def gql_float(value: float | None) -> float | None:
     """Rounded to 6 decimals (3.6 ms in an hour figure): sums of binary floats should not print as
     21503.999999999 when the ledger holds seconds to 1 µs."""

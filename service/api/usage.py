@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import strawberry
@@ -54,10 +55,10 @@ class UsageRow(LedgerBucket):
     def of(cls, r: analytics.UsageRow, cursor: str) -> UsageRow:
         return cls(
             **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
-            gpu_hours=gql_float(r.gpu_hours),  # type: ignore[arg-type]
-            effective_gpu_hours=gql_float(r.effective_gpu_hours),  # type: ignore[arg-type]
+            gpu_hours=gql_float(r.gpu_hours),
+            effective_gpu_hours=gql_float(r.effective_gpu_hours),
             utilization_pct=gql_float(r.utilization_pct),
-            idle_gpu_hours=gql_float(r.idle_gpu_hours),  # type: ignore[arg-type]
+            idle_gpu_hours=gql_float(r.idle_gpu_hours),
             energy_kwh=gql_float(r.energy_kwh),
             coverage_pct=gql_float(r.coverage_pct),
             metric=r.metric.upper(),
@@ -72,7 +73,7 @@ class UsageQuery:
         info: Info[ApiContext, None],
         window: Annotated[TimeWindow, strawberry.argument(description=WINDOW)],
         granularity: Annotated[Granularity, strawberry.argument(description=GRANULARITY)] = Granularity.TOTAL,
-        group_by: Annotated[list[Dimension], strawberry.argument(description=GROUP_BY)] = (),  # type: ignore[assignment]
+        group_by: Annotated[Sequence[Dimension], strawberry.argument(description=GROUP_BY)] = (),
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
         first: FIRST = None,
