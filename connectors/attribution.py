@@ -28,9 +28,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
-from connectors.base import WorkloadInfo
 from connectors.cgroups import ContainerRef, parse_cgroup
 from connectors.docker_api import ContainerDetails, DockerEngine
+from connectors.sdk import WorkloadInfo
 
 log = logging.getLogger(__name__)
 

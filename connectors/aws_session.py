@@ -16,7 +16,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import ProfileNotFound
 from pydantic import SecretStr
 
-from connectors.base import ConfigurationError
+from connectors.sdk import ConfigurationError
 
 
 class AwsAccess(Protocol):

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from connectors.base import ConfigurationError, FatalSourceError, RetriableError
 from connectors.cloud import auth_error, permission_error
+from connectors.sdk import ConfigurationError, FatalSourceError, RetriableError
 
 #: The operator's next step when Azure AD refuses the connector's identity.
 AUTH_NEXT_STEP = "check tenant_id/client_id/client_secret (or run `az login` for DefaultAzureCredential)"

@@ -70,23 +70,23 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from connectors.azure_auth import build_credential, call_azure
-from connectors.base import (
-    ConnectorConfig,
-    ConnectorError,
-    DeviceInfo,
-    RetriableError,
-    SampleBatch,
-    WorkloadInfo,
-    devices_in,
-)
 from connectors.cloud import (
     CloudMetricsConfig,
     MetricSpec,
     aggregate_sampling,
     to_samples,
 )
-from service.metrics_catalog import Metric
-from service.timeutil import to_ms
+from connectors.sdk import (
+    ConnectorConfig,
+    ConnectorError,
+    DeviceInfo,
+    Metric,
+    RetriableError,
+    SampleBatch,
+    WorkloadInfo,
+    devices_in,
+    to_ms,
+)
 
 SOURCE = "azure_monitor"
 GPU_NAMESPACE = "container.azm.ms/gpu"

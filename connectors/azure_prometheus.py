@@ -26,9 +26,9 @@ import httpx
 from pydantic import PrivateAttr, SecretStr, model_validator
 
 from connectors.azure_auth import AUTH_NEXT_STEP, build_credential
-from connectors.base import ConnectorConfig
 from connectors.cloud import auth_error
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
+from connectors.sdk import ConnectorConfig
 
 DEFAULT_SCOPE = "https://prometheus.monitor.azure.com/.default"
 REFRESH_BEFORE_S = 300.0

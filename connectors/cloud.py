@@ -26,8 +26,7 @@ from dataclasses import dataclass
 import polars as pl
 from pydantic import Field
 
-from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, FatalSourceError, Sampling
-from service.metrics_catalog import Metric
+from connectors.sdk import SAMPLE_SCHEMA, ConnectorConfig, FatalSourceError, Metric, Sampling
 
 MIB = 1024 * 1024
 

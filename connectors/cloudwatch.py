@@ -98,16 +98,6 @@ from botocore.exceptions import (
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from connectors.aws_session import assume_role_request, base_session, boto_config, session_of
-from connectors.base import (
-    ConfigurationError,
-    ConnectorConfig,
-    ConnectorError,
-    DeviceInfo,
-    FatalSourceError,
-    RetriableError,
-    SampleBatch,
-    WorkloadInfo,
-)
 from connectors.cloud import (
     MIB,
     CloudMetricsConfig,
@@ -117,7 +107,17 @@ from connectors.cloud import (
     permission_error,
     to_samples,
 )
-from service.metrics_catalog import Metric
+from connectors.sdk import (
+    ConfigurationError,
+    ConnectorConfig,
+    ConnectorError,
+    DeviceInfo,
+    FatalSourceError,
+    Metric,
+    RetriableError,
+    SampleBatch,
+    WorkloadInfo,
+)
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from connectors.base import SAMPLE_SCHEMA, DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
+from connectors.sdk import SAMPLE_SCHEMA, DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
 
 MIB = 1024 * 1024
 

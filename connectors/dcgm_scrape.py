@@ -24,10 +24,9 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from connectors.base import ConnectorConfig, DeviceInfo, SampleBatch, Sampling
 from connectors.dcgm import FIELDS, Series, Stamp, to_batch
 from connectors.prometheus import HttpSourceConfig, build_client, request_with_retries
-from service.timeutil import to_ms
+from connectors.sdk import ConnectorConfig, DeviceInfo, SampleBatch, Sampling, to_ms
 
 
 class DcgmScrapeConfig(HttpSourceConfig):

@@ -69,15 +69,6 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud import monitoring_v3
 from pydantic import Field, field_validator
 
-from connectors.base import (
-    ConnectorConfig,
-    DeviceInfo,
-    FatalSourceError,
-    RetriableError,
-    SampleBatch,
-    WorkloadInfo,
-    devices_in,
-)
 from connectors.cloud import (
     CloudMetricsConfig,
     MetricSpec,
@@ -86,8 +77,17 @@ from connectors.cloud import (
     permission_error,
     to_samples,
 )
-from service.metrics_catalog import Metric
-from service.timeutil import to_ms
+from connectors.sdk import (
+    ConnectorConfig,
+    DeviceInfo,
+    FatalSourceError,
+    Metric,
+    RetriableError,
+    SampleBatch,
+    WorkloadInfo,
+    devices_in,
+    to_ms,
+)
 
 Family = Literal["ops_agent", "dcgm", "dcgm_v1", "gke_container", "gke_node"]
 FAMILIES: tuple[Family, ...] = ("ops_agent", "dcgm", "dcgm_v1", "gke_container", "gke_node")

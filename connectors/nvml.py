@@ -28,18 +28,18 @@ from typing import Any, ClassVar, Literal
 import pynvml
 from pydantic import Field
 
-from connectors.base import (
+from connectors.nvml_gpm import GPM_METRICS, GpmReader, gpm_supported
+from connectors.nvml_procs import UNALLOCATED, Attributor, ShareTracker, default_attributor
+from connectors.sdk import (
     SAMPLE_COLUMNS,
     ConfigurationError,
     ConnectorConfig,
     DeviceInfo,
+    Metric,
     RetriableError,
     SampleBatch,
     WorkloadInfo,
 )
-from connectors.nvml_gpm import GPM_METRICS, GpmReader, gpm_supported
-from connectors.nvml_procs import UNALLOCATED, Attributor, ShareTracker, default_attributor
-from service.metrics_catalog import Metric
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.metrics_catalog import Metric
+from connectors.sdk import Metric
 
 #: Our metric key → the pynvml constant name of its GPM metric (all in percent, 0–100).
 GPM_METRICS: dict[str, str] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from connectors.base import WorkloadInfo
+from connectors.sdk import WorkloadInfo
 
 log = logging.getLogger(__name__)
 

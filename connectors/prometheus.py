@@ -27,7 +27,8 @@ import httpx
 import numpy as np
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.base import (
+from connectors.dcgm import DEFAULT_NODE_LABELS, FIELDS, Series, Stamp, to_batch
+from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
     ConnectorError,
@@ -37,9 +38,8 @@ from connectors.base import (
     SampleBatch,
     Sampling,
     devices_in,
+    to_ms,
 )
-from connectors.dcgm import DEFAULT_NODE_LABELS, FIELDS, Series, Stamp, to_batch
-from service.timeutil import to_ms
 
 DAY_MS = 86_400_000
 MAX_POINTS = 10_000  # per series and query; Prometheus' own limit is 11,000

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from connectors.base import ConfigurationError, ConnectorConfig
+from connectors.sdk import ConfigurationError, ConnectorConfig
 
 ENTRY_POINT_GROUP = "gpu_ledger.connectors"
 DISABLED_ENV = "GPU_LEDGER_DISABLED_CONNECTORS"

@@ -31,7 +31,16 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
-from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBatch, Sampling, WorkloadInfo
+from connectors.sdk import (
+    MEASURED_METRICS,
+    SAMPLE_SCHEMA,
+    ConnectorConfig,
+    DeviceInfo,
+    SampleBatch,
+    Sampling,
+    WorkloadInfo,
+    to_ms,
+)
 from connectors.synthetic_fleet import (
     BLOCK_S,
     BLOCKS_PER_DAY,
@@ -44,8 +53,6 @@ from connectors.synthetic_fleet import (
     digest,
     workload_info,
 )
-from service.metrics_catalog import MEASURED_METRICS
-from service.timeutil import to_ms
 
 CYCLE_DAYS = 28
 CYCLE_BLOCKS = CYCLE_DAYS * BLOCKS_PER_DAY

@@ -14,8 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from connectors.base import DeviceInfo, WorkloadInfo
-from service.metrics_catalog import MEASURED_METRICS, Metric
+from connectors.sdk import MEASURED_METRICS, DeviceInfo, Metric, WorkloadInfo
 
 MIB = 1 << 20
 BLOCK_S = 300  # the fleet changes state (jobs, load levels, outages) on 5-minute blocks

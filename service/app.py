@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from connectors.agent import bound_connectors
+from service.agent_source import bound_connectors
 from service.auth.authenticate import Authenticator, build_authenticator
 from service.auth.middleware import AuthMiddleware
 from service.db import current_revision, head_revision, make_engine

@@ -39,8 +39,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from connectors.agent import AgentConfig
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig
+from service.agent_source import AgentConfig
 from service.auth.push_callers import PushRefusal, push_caller, refuse_agent
 from service.dbtypes import table_of
 from service.models import ConnectorState, PushedBatch, PushedDevice, PushedSample, PushedWorkload

@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, func, select, update
 from starlette.testclient import TestClient
 
-from connectors.agent import AgentConfig, AgentConnector
 from connectors.base import ConfigurationError, DeviceInfo, WorkloadInfo
 from connectors.registry import default_registry
+from service.agent_source import AgentConfig, AgentConnector
 from service.app import create_app
 from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
 from service.settings import Settings

@@ -258,7 +258,7 @@ def test_storing_clamps_the_rewind_at_backfill(engine: Engine) -> None:
 def test_out_of_range_readings_and_unknown_workloads_are_harmless(engine: Engine) -> None:
     # A sensor's bad reading is the ledger's to refuse, one by one, while the batch's good ones go
     # on; an undescribed workload key is ledgered without project or team, like any unattributed use.
-    from connectors.agent import AgentConfig, AgentConnector
+    from service.agent_source import AgentConfig, AgentConnector
     from service.ledger.ingest import ingest_window
     from service.models import LedgerHour, Rejection
 
@@ -285,7 +285,7 @@ def test_a_reading_sent_twice_under_two_batch_ids_keeps_the_largest_value(
     # Within a batch a repeated reading is refused; across batches (a node whose spool lost its
     # sequence under a new agent_id) both are stored, and the connector must not keep an
     # arbitrary one: the ledger's rule (the largest value wins) holds whatever arrived first.
-    from connectors.agent import AgentConfig, AgentConnector
+    from service.agent_source import AgentConfig, AgentConnector
 
     with push_client(engine) as client:
         for agent_id, value in zip(("host1", "host2"), order, strict=True):

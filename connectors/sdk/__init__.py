@@ -18,7 +18,7 @@ Polars.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.sdk.config import ConnectorConfig
 from connectors.sdk.currencies import BILLING_CURRENCIES, is_currency
@@ -48,6 +48,23 @@ from connectors.sdk.units import (
     UTIL_METRICS,
     Metric,
 )
+
+if TYPE_CHECKING:  # the lazy names below, typed for mypy and editors
+    from connectors.sdk.billing import (
+        BILLING_SCHEMA,
+        MONEY,
+        UTC_TIME,
+        BillingBatch,
+        BillingConfig,
+        BillingFileError,
+        BillingSource,
+        ChargeCategory,
+        PricingModel,
+        RefusedRow,
+        conform,
+        empty_lines,
+    )
+    from connectors.sdk.metrics import SAMPLE_SCHEMA
 
 #: Names whose module imports Polars: resolved on first access.
 _LAZY: dict[str, str] = {
@@ -110,5 +127,18 @@ __all__ = [
     "is_currency",
     "parse_utc",
     "to_ms",
-    *_LAZY,
+    # loaded lazily (see _LAZY)
+    "BILLING_SCHEMA",
+    "MONEY",
+    "SAMPLE_SCHEMA",
+    "UTC_TIME",
+    "BillingBatch",
+    "BillingConfig",
+    "BillingFileError",
+    "BillingSource",
+    "ChargeCategory",
+    "PricingModel",
+    "RefusedRow",
+    "conform",
+    "empty_lines",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.agent import AgentConfig
+from service.agent_source import AgentConfig
 from service.auth.audit import audit
 from service.auth.authenticate import AuthFailure
 from service.auth.middleware import AUTH_FAILURE_KEY

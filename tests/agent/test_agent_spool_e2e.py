@@ -24,11 +24,11 @@ import httpx
 from agent_fakes import FakeClock, FakeSampler, ReferenceConnector
 from sqlalchemy import Engine, select
 
-from connectors.agent import AgentConfig, AgentConnector
 from service.agent.config import AgentSettings
 from service.agent.loop import Agent
 from service.agent.ship import Shipper
 from service.agent.spool import Spool
+from service.agent_source import AgentConfig, AgentConnector
 from service.db import make_engine
 from service.ledger.ingest import ingest_window
 from service.models import LedgerHour

@@ -1,5 +1,9 @@
 """``agent``: samples that node agents pushed to the service (``gpu-ledger agent``).
 
+It lives in ``service`` (not ``connectors``) because it reads the service's own staging tables:
+a connector plugin depends on the SDK only (tests/test_import_direction.py). It is still
+registered in the ``gpu_ledger.connectors`` entry-point group as ``agent``.
+
 Agents ``POST /api/v1/batches`` (``service.push``); the endpoint stores each batch in the staging
 tables ``pushed_sample`` / ``pushed_device`` / ``pushed_workload`` under the name of the agent
 connector whose token it carried. This connector is then an ordinary metrics source run by the
@@ -35,7 +39,7 @@ import polars as pl
 from pydantic import Field, SecretStr
 from sqlalchemy import Engine, delete, select
 
-from connectors.base import (
+from connectors.sdk import (
     SAMPLE_SCHEMA,
     ConfigurationError,
     ConnectorConfig,
@@ -43,9 +47,9 @@ from connectors.base import (
     SampleBatch,
     Sampling,
     WorkloadInfo,
+    to_ms,
 )
 from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
-from service.timeutil import to_ms
 
 PRUNE_EVERY = dt.timedelta(hours=1)
 DEVICE_FIELDS: tuple[str, ...] = DeviceInfo.__slots__  # type: ignore[attr-defined]
