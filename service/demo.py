@@ -13,8 +13,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from connectors.registry import Registry, default_registry
+from service.pricing.rates import RateCardConfig
+from service.pricing.tco import SiteConfig
 from service.scheduler import catch_up_window
-from service.settings import TABLE_MODELS, Settings
+from service.settings import Settings
 from service.telemetry import utc_now
 
 DEMO_BACKFILL_DAYS = 30
@@ -81,12 +83,14 @@ def with_demo(settings: Settings, registry: Registry | None = None) -> Settings:
     if settings.connectors:
         return settings
     reg = registry or default_registry()
-    site_model, card_model = TABLE_MODELS["sites"](), TABLE_MODELS["rate_cards"]()
     return settings.model_copy(
         update={
             "connectors": [reg.validate(t) for t in DEMO_CONNECTORS],
-            "sites": [*settings.sites, *(site_model.model_validate(s) for s in DEMO_SITES)],
-            "rate_cards": [*settings.rate_cards, *(card_model.model_validate(c) for c in DEMO_RATE_CARDS)],
+            "sites": [*settings.sites, *(SiteConfig.model_validate(s) for s in DEMO_SITES)],
+            "rate_cards": [
+                *settings.rate_cards,
+                *(RateCardConfig.model_validate(c) for c in DEMO_RATE_CARDS),
+            ],
         }
     )
 

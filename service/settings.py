@@ -50,15 +50,17 @@ pydantic-settings (env parsing, types, defaults).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import tomllib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from connectors.base import ConnectorConfig
@@ -70,8 +72,18 @@ from connectors.registry import (
     validation_problems,
 )
 from service.auth.config import AuthSettings
+from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
+from service.pricing.fx import FxRateConfig
+from service.pricing.rates import RateCardConfig
+from service.pricing.tco import SiteConfig
 from service.urls import mask_url
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from service.api.context import ApiSettings
+    from service.billing.rates import RepriceResult
 
 ENV_PREFIX = "GPU_LEDGER_"
 T = TypeVar("T", bound=BaseModel)
@@ -84,43 +96,13 @@ class ConfigError(ValueError):
     """The configuration is wrong; the message names the file (or variable), the table and the key."""
 
 
-def _site_model() -> type:
-    from service.pricing.tco import SiteConfig
-
-    return SiteConfig
-
-
-def _rate_card_model() -> type:
-    from service.pricing.rates import RateCardConfig
-
-    return RateCardConfig
-
-
-def _fx_rate_model() -> type:
-    from service.pricing.fx import FxRateConfig
-
-    return FxRateConfig
-
-
-def _instance_type_model() -> type:
-    from service.billing.catalog import InstanceTypeConfig
-
-    return InstanceTypeConfig
-
-
-#: Array tables besides ``[[connectors]]`` and the model each entry is validated with (imported
-#: lazily so settings load even while pricing is being worked on).
-TABLE_MODELS: dict[str, Callable[[], type]] = {
-    "sites": _site_model,
-    "rate_cards": _rate_card_model,
-    "fx_rates": _fx_rate_model,
-    "instance_types": _instance_type_model,
+#: Array tables besides ``[[connectors]]`` and the model each entry is validated with.
+TABLE_MODELS: dict[str, type[BaseModel]] = {
+    "sites": SiteConfig,
+    "rate_cards": RateCardConfig,
+    "fx_rates": FxRateConfig,
+    "instance_types": InstanceTypeConfig,
 }
-
-
-def _validate_list(table: str, value: Any) -> list[Any]:
-    model = TABLE_MODELS[table]()
-    return list(TypeAdapter(list[model]).validate_python(value or []))  # type: ignore[valid-type]
 
 
 class Settings(BaseSettings):
@@ -143,12 +125,10 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
     connectors: list[ConnectorConfig] = Field(default_factory=list)
-    sites: list[Any] = Field(default_factory=list, description="service.pricing.tco.SiteConfig")
-    rate_cards: list[Any] = Field(default_factory=list, description="service.pricing.rates.RateCardConfig")
-    fx_rates: list[Any] = Field(default_factory=list, description="service.pricing.fx.FxRateConfig")
-    instance_types: list[Any] = Field(
-        default_factory=list, description="service.billing.catalog.InstanceTypeConfig"
-    )
+    sites: list[SiteConfig] = Field(default_factory=list)
+    rate_cards: list[RateCardConfig] = Field(default_factory=list)
+    fx_rates: list[FxRateConfig] = Field(default_factory=list)
+    instance_types: list[InstanceTypeConfig] = Field(default_factory=list)
     config_path: Path | None = Field(default=None, description="the TOML file these came from")
 
     @field_validator("log_level")
@@ -162,11 +142,6 @@ class Settings(BaseSettings):
     @classmethod
     def _connectors(cls, value: Any) -> Any:
         return [c if isinstance(c, ConnectorConfig) else validate_config(c) for c in value or []]
-
-    @field_validator("sites", "rate_cards", "fx_rates", "instance_types", mode="before")
-    @classmethod
-    def _tables(cls, value: Any, info: Any) -> list[Any]:
-        return _validate_list(info.field_name, value)
 
     def __repr_args__(self) -> Any:
         yield "database_url", mask_url(self.database_url)
@@ -184,24 +159,22 @@ class Settings(BaseSettings):
         names = ", ".join(c.name for c in self.connectors) or "none configured"
         raise KeyError(f'no connector named "{name}"; configured: {names}')
 
-    def instance_catalog(self) -> Any:
+    def instance_catalog(self) -> InstanceCatalog:
         """The bundled GPU instance catalog with this config's ``[[instance_types]]`` applied."""
-        from service.billing.catalog import load_catalog
-
         return load_catalog(self.instance_types)
 
-    def reprice_from_bills(self) -> Any:
+    def reprice_from_bills(self) -> Callable[[Engine, dt.datetime, dt.datetime], RepriceResult | None]:
         """The hook a metrics ingest runs afterwards: re-price from the bills that cover its window."""
-        from functools import partial
-
+        # Imported here: billing.rates pulls in the pricing engine, which a settings load never needs.
         from service.billing.rates import reprice_after_metrics
 
         return partial(
             reprice_after_metrics, gpu_cost_share=self.gpu_cost_share, catalog=self.instance_catalog()
         )
 
-    def api_settings(self) -> Any:
+    def api_settings(self) -> ApiSettings:
         """``service.api.context.ApiSettings`` from these settings."""
+        # Imported here: the API context pulls in starlette and the analytics package.
         from service.api.context import ApiSettings
 
         return ApiSettings(
@@ -306,7 +279,7 @@ def _validate_connectors(
 def _validate_tables(where: str, name: str, tables: list[dict[str, Any]]) -> list[Any]:
     if not tables:
         return []
-    model = TABLE_MODELS[name]()
+    model = TABLE_MODELS[name]
     out = []
     for i, table in enumerate(tables):
         try:
