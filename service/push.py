@@ -98,13 +98,14 @@ def store_batch(
     stored before content hashes were kept, migration 0002), ``"conflict"`` when it differs."""
     sha = content_sha256(batch)
     s = batch.samples
+    first_ts_ms = min(s.ts_ms, default=None)
     head = {
         "batch_id": batch.batch_id,
         "agent": batch.agent,
         "received_at": now,
         "samples": len(s.ts_ms),
         "content_sha256": sha,
-        "first_ts_ms": min(s.ts_ms, default=None),
+        "first_ts_ms": first_ts_ms,
         "last_ts_ms": max(s.ts_ms, default=None),
     }
     try:
@@ -118,8 +119,8 @@ def store_batch(
             _replace(conn, PushedDevice, "device_id", batch.agent, devices, now)
             workloads = [w.model_dump() for w in batch.workloads if w.workload_key]
             _replace(conn, PushedWorkload, "workload_key", batch.agent, workloads, now)
-            if head["first_ts_ms"] is not None:
-                reach = from_ms(head["first_ts_ms"]) + dt.timedelta(seconds=presence_gap_s)
+            if first_ts_ms is not None:
+                reach = from_ms(first_ts_ms) + dt.timedelta(seconds=presence_gap_s)
                 _rewind_watermark(conn, batch.agent, reach, backfill_start(now, backfill_days))
     except IntegrityError:
         # The checks leave one constraint a valid batch can break: the same id committed by a

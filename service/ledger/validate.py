@@ -58,11 +58,11 @@ def validate_samples(samples: pl.DataFrame, known_devices: Iterable[str]) -> Che
         code = pl.when(bad.fill_null(True)).then(pl.lit(index)).otherwise(code)
     tagged = samples.with_columns(code.alias("_reason"))
     accepted = tagged.filter(pl.col("_reason").is_null()).drop("_reason")
-    bad = tagged.filter(pl.col("_reason").is_not_null())
+    refused = tagged.filter(pl.col("_reason").is_not_null())
     rejections: list[dict[str, object]] = []
-    if not bad.is_empty():
-        counts = dict(bad.group_by("_reason").len().iter_rows())
-        examples = bad.group_by("_reason").head(EXAMPLES_PER_REASON)
+    if not refused.is_empty():
+        counts = dict(refused.group_by("_reason").len().iter_rows())
+        examples = refused.group_by("_reason").head(EXAMPLES_PER_REASON)
         for row in examples.iter_rows(named=True):
             index = row.pop("_reason")
             field_name, reason, _ = reasons[index]
@@ -73,4 +73,4 @@ def validate_samples(samples: pl.DataFrame, known_devices: Iterable[str]) -> Che
                     "raw": json.dumps(row, default=str),
                 }
             )
-    return Checked(read=samples.height, accepted=accepted, rejected=bad.height, rejections=rejections)
+    return Checked(read=samples.height, accepted=accepted, rejected=refused.height, rejections=rejections)

@@ -36,8 +36,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 from sqlalchemy import or_
 from sqlmodel import Session, select
+from sqlmodel import col as sql_col
 
 from service.models import GpuRate
 from service.pricing.common import PricingConfigError, PricingError
@@ -92,9 +94,9 @@ class PriceBook:
         """Read ``GpuRate`` rows (those overlapping [start, end) when given) and keep ``sites``."""
         stmt = select(GpuRate)
         if end is not None:
-            stmt = stmt.where(GpuRate.valid_from < end)
+            stmt = stmt.where(sql_col(GpuRate.valid_from) < end)
         if start is not None:
-            stmt = stmt.where(or_(GpuRate.valid_to.is_(None), GpuRate.valid_to > start))  # type: ignore[union-attr]
+            stmt = stmt.where(or_(sql_col(GpuRate.valid_to).is_(None), sql_col(GpuRate.valid_to) > start))
         return cls.from_rates(session.exec(stmt).all(), sites)
 
     @classmethod
@@ -212,7 +214,7 @@ def _amounts(case: int, v: Any) -> dict[str, tuple[Any, Any]]:
 
 def _by_case(branches: list[tuple[int, pl.Expr]]) -> pl.Expr:
     """Per row, the branch of the row's pricing case (null for a case without one)."""
-    chain = pl.when(pl.col("_case") == branches[0][0]).then(branches[0][1])
+    chain: Then | ChainedThen = pl.when(pl.col("_case") == branches[0][0]).then(branches[0][1])
     for case, value in branches[1:]:
         chain = chain.when(pl.col("_case") == case).then(value)
     return chain.otherwise(None)
