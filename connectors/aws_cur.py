@@ -97,21 +97,21 @@ not JSON, a repeated line key → that row is refused, naming file, line and col
 go on.
 
 **Memory.** Columnar (Polars expressions; Python steps per file, chunk, refused row or *distinct*
-tag/product map, never per row). A file is streamed, never held whole: an S3 object is copied to a
-temporary file block by block (``GetObject``'s body, 1 MiB at a time; every S3 error happens
-before the file's first batch); ZIP and gzip are undone as streams (by magic bytes, whatever the
-name); a CSV is read in blocks and cut at record ends into chunks of about ``chunk_rows`` records
-(default 20,000; the mean record length of the first MiB times ``chunk_rows``), each parsed with
-the header in front and its line numbers shifted to the file's
+tag/product map, never per row). A file is streamed, never held whole, by the billing driver
+(:mod:`connectors.billing_driver`; this module is its CUR dialect and its S3 plan): an S3 object
+is copied to a temporary file block by block (``GetObject``'s body, 1 MiB at a time; every S3
+error happens before the file's first batch); ZIP and gzip are undone by magic bytes, whatever the
+name, decompressed to a temporary file first — which checks the stream to its end (CRC,
+end-of-stream marker), so a truncated or corrupt file is refused before its first batch, never
+half imported; a CSV is read in blocks and cut at record ends into chunks of about ``chunk_rows``
+records (default 20,000; the mean record length of the first MiB times ``chunk_rows``), each
+parsed with the header in front and its line numbers shifted to the file's
 (``billing_io.csv_chunks``: the same cuts, refusals and lines as cutting the whole file); a
-Parquet file is decoded ``chunk_rows`` records at a time (``billing_io.parquet_chunks``; a
-compressed one is decompressed to a temporary file first, Parquet needing to seek). One batch per
-chunk. Memory: about ten times one chunk's text while it is parsed (Polars frames of the chunk,
-the checks), the read-ahead block, plus 8 bytes per row for the line-key hashes that find repeated
-ids across chunks — independent of the file's size otherwise. A gzip stream or ZIP member is
-decompressed once more first and dropped, to check it to its end (CRC, end-of-stream marker):
-a truncated or corrupt file is refused before its first batch, never half imported (about 1.7 s
-per GB decompressed). Measured (2 cores, ``bench/billing_import.py --rows 1000000``, a 821 MB CUR
+Parquet file is decoded ``chunk_rows`` records at a time (``billing_io.parquet_chunks``). One
+batch per chunk. Memory: about ten times one chunk's text while it is parsed (Polars frames of the
+chunk, the checks), the read-ahead block, plus 16 bytes per line for the line-key hashes that find
+repeated ids across chunks — independent of the file's size otherwise.
+Measured (2 cores, ``bench/billing_import.py --rows 1000000``, a 821 MB CUR
 2.0 CSV, parse only): 22 s and 0.46 GB peak RSS at 20,000 rows a chunk, 26 s and 0.72 GB at 50,000
 (reading the file whole at 50,000: 28 s and 1.5 GB); gzip'ed (82 MB): 25 s and 0.46 GB at 20,000,
 30 s and 0.72 GB at 50,000 (whole: 26 s and 1.8 GB). A tenth of that file (82 MB) peaks at 0.36 GB
@@ -126,11 +126,9 @@ what to do, what still fails after retries a ``RetriableError``.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,19 +153,10 @@ from connectors.billing import (
     ChargeCategory,
     PricingModel,
     RefusedRow,
-    conform,
 )
-from connectors.billing_io import (
-    BLOCK_BYTES,
-    LINE,
-    Checks,
-    check_explicit,
-    csv_chunks,
-    open_stream,
-    parquet_chunks,
-    require_columns,
-    sane_period,
-)
+from connectors.billing_driver import ExportFile, OpenedFile, Period, read_files
+from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
+from connectors.billing_stores import LocalTree, S3Prefix
 from connectors.cloud import auth_error, permission_error
 from service.billing.currencies import BILLING_CURRENCIES
 
@@ -328,110 +317,6 @@ class AwsCurConfig(BillingConfig):
         return self
 
 
-# ---- where the files are: a local tree or an S3 prefix, both as keys
-
-
-class _LocalStore:
-    def __init__(self, path: str) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            raise ConfigurationError(f"{SOURCE}: path {path!r} does not exist")
-        self.root = self.path if self.path.is_dir() else self.path.parent
-
-    def keys(self) -> list[str]:
-        if self.path.is_file():
-            return [self.path.name]
-        return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file())
-
-    @contextlib.contextmanager
-    def local(self, key: str) -> Iterator[Path]:
-        yield self.root / key
-
-    def raw(self, key: str) -> bytes:
-        try:
-            return (self.root / key).read_bytes()
-        except OSError as exc:
-            raise BillingFileError(self.label(key), f"cannot read: {exc.strerror or exc}") from None
-
-    def label(self, key: str) -> str:
-        return str(self.root / key)
-
-    def resolve(self, name: str, keys: set[str]) -> str | None:
-        """A manifest names bucket keys (or s3:// URIs); locally the tree is a copy of some prefix
-        of the bucket, so the name is matched by its longest suffix that is a local key."""
-        name = re.sub(r"^s3://[^/]+/", "", name)
-        parts = name.split("/")
-        return next(("/".join(parts[i:]) for i in range(len(parts)) if "/".join(parts[i:]) in keys), None)
-
-
-class _S3Store:
-    def __init__(self, connector: AwsCurConnector, uri: str) -> None:
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        self.bucket, self.prefix, self.connector = bucket, prefix, connector
-
-    def keys(self) -> list[str]:
-        client = self.connector.s3()
-        out: list[str] = []
-        try:
-            for page in client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix
-            ):
-                out.extend(item["Key"] for item in page.get("Contents", []))
-        except _boto_errors() as exc:
-            raise _mapped(
-                exc, f"s3:ListObjectsV2 s3://{self.bucket}/{self.prefix}", self.connector.config
-            ) from exc
-        return sorted(out)
-
-    def raw(self, key: str) -> bytes:
-        client = self.connector.s3()
-        try:
-            body = client.get_object(Bucket=self.bucket, Key=key)["Body"]
-            try:
-                return body.read()
-            finally:
-                body.close()
-        except _boto_errors() as exc:
-            raise _mapped(exc, f"s3:GetObject {self.label(key)}", self.connector.config) from exc
-
-    @contextlib.contextmanager
-    def local(self, key: str) -> Iterator[Path]:
-        """The object copied to a temporary file, block by block (never whole in memory), for as
-        long as the file is being read; removed afterwards. Every S3 error happens here, before
-        the file's first batch."""
-        with tempfile.TemporaryDirectory(prefix="gpu-ledger-cur-") as folder:
-            path = Path(folder) / "report"
-            client = self.connector.s3()
-            try:
-                body = client.get_object(Bucket=self.bucket, Key=key)["Body"]
-                try:
-                    with path.open("wb") as out:
-                        for piece in body.iter_chunks(BLOCK_BYTES):
-                            out.write(piece)
-                finally:
-                    body.close()
-            except _boto_errors() as exc:
-                raise _mapped(exc, f"s3:GetObject {self.label(key)}", self.connector.config) from exc
-            except OSError as exc:
-                raise BillingFileError(
-                    self.label(key), f"cannot copy to a temporary file: {exc.strerror or exc}"
-                ) from None
-            yield path
-
-    def label(self, key: str) -> str:
-        return f"s3://{self.bucket}/{key}"
-
-    def resolve(self, name: str, keys: set[str]) -> str | None:
-        if name.startswith("s3://"):
-            bucket, _, name = name.removeprefix("s3://").partition("/")
-            if bucket != self.bucket:
-                return None
-        return name if name in keys else None
-
-
-_PARQUET_MAGIC = b"PAR1"
-
-
 @dataclass(frozen=True, slots=True)
 class _File:
     key: str
@@ -492,24 +377,39 @@ class AwsCurConnector:
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
         """Batches of every current report file whose billing period overlaps ``[start, end)``; a
         file that cannot be read is yielded as its :class:`BillingFileError` (the others go on)."""
-        store: _LocalStore | _S3Store = (
-            _LocalStore(self.config.path)
-            if self.config.path is not None
-            else _S3Store(self, self.config.s3_uri or "")
+        store: LocalTree | S3Prefix
+        if self.config.path is not None:
+            if not Path(self.config.path).exists():
+                raise ConfigurationError(f"{SOURCE}: path {self.config.path!r} does not exist")
+            store = LocalTree(self.config.path)
+        else:
+            store = S3Prefix(
+                self.config.s3_uri or "",
+                self.s3,
+                _boto_errors,
+                lambda exc, what: _mapped(exc, what, self.config),
+            )
+        files = (
+            item
+            if isinstance(item, BillingFileError)
+            else ExportFile(
+                store.label(item.key),
+                lambda key=item.key: store.open(key),
+                None
+                if item.period_start is None or item.period_end is None
+                else (item.period_start, item.period_end),
+                item.assembly_id,
+            )
+            for item in self._plan(store, start, end)
         )
-        for item in self._plan(store, start, end):
-            if isinstance(item, BillingFileError):
-                yield item
-                continue
-            try:
-                yield from self._read_file(store, item, start, end)
-            except BillingFileError as error:
-                yield error
+        yield from read_files(
+            files, CurDialect(), start, end, chunk_rows=self.config.chunk_rows, block_bytes=self.block_bytes
+        )
 
     # ---- which files
 
     def _plan(
-        self, store: _LocalStore | _S3Store, start: dt.datetime, end: dt.datetime
+        self, store: LocalTree | S3Prefix, start: dt.datetime, end: dt.datetime
     ) -> list[_File | BillingFileError]:
         keys = store.keys()
         keyset = set(keys)
@@ -550,11 +450,10 @@ class AwsCurConnector:
                     )
                 else:
                     plan.append(_File(found, lo, hi, str(manifest.get(id_field) or "") or None))
-        explicit = isinstance(store, _LocalStore) and store.path.is_file()
         for key in keys:
-            if explicit and not _is_data(key):
+            if store.explicit and not _is_data(key):
                 try:
-                    check_explicit(store.path, (".csv", ".parquet"), "CUR")
+                    check_explicit(Path(store.label(key)), (".csv", ".parquet"), "CUR")
                 except BillingFileError as error:
                     plan.append(error)
                 continue
@@ -574,69 +473,6 @@ class AwsCurConnector:
             else:
                 plan.append(_File(key))
         return plan
-
-    # ---- one file
-
-    def _read_file(
-        self, store: _LocalStore | _S3Store, file: _File, start: dt.datetime, end: dt.datetime
-    ) -> Iterator[BillingBatch]:
-        label = store.label(file.key)
-        period = (file.period_start, file.period_end)
-        seen = pl.Series("h", [], dtype=pl.UInt64)
-        first = True
-        with contextlib.ExitStack() as stack:
-            path = stack.enter_context(store.local(file.key))
-            for chunk, io_refused in self._chunks(path, label, stack):
-                read = chunk.height + len(io_refused)
-                if first:
-                    first = False
-                    layout = _Layout(chunk.columns, label)
-                    if period[0] is None:
-                        period = _content_period(chunk, layout)
-                        if period[0] is not None and not (period[0] < end and period[1] > start):
-                            return  # a plain file of another billing period
-                lines, refused, seen = _normalize(chunk, layout, label, seen, period)
-                yield BillingBatch(
-                    lines=conform(lines),
-                    source_file=label,
-                    refused=sorted(io_refused + refused, key=lambda r: r.line or 0),
-                    read=read,
-                    period_start=period[0],
-                    period_end=period[1],
-                    assembly_id=file.assembly_id,
-                )
-
-    def _chunks(
-        self, path: Path, label: str, stack: contextlib.ExitStack
-    ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
-        """The file as text frames of about ``chunk_rows`` records, one in memory at a time."""
-        rows = self.config.chunk_rows
-        with open_stream(path, label) as (read, compressed):
-            if compressed:
-                # A truncated gzip (or a ZIP member failing its CRC) shows only at its end: the
-                # stream is checked whole first (decompressed and dropped), so a broken file fails
-                # before its first batch and is never half imported.
-                while read(BLOCK_BYTES):
-                    pass
-        with open_stream(path, label) as (read, compressed):
-            head = read(4)
-            if head == _PARQUET_MAGIC:
-                if compressed:  # Parquet needs a seekable file: the decompressed copy
-                    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-cur-")))
-                    path = folder / "report.parquet"
-                    with path.open("wb") as out:
-                        out.write(head)
-                        while piece := read(BLOCK_BYTES):
-                            out.write(piece)
-                for frame in parquet_chunks(path, label, rows):
-                    yield _parquet_text(frame), []
-                return
-            pending = [head]
-
-            def again(size: int) -> bytes:
-                return pending.pop() if pending else read(size)
-
-            yield from csv_chunks(again, label, rows, block=self.block_bytes)
 
     # ---- S3 client
 
@@ -718,6 +554,40 @@ def _path_period(key: str) -> tuple[dt.datetime, dt.datetime] | None:
     if m := _LEGACY_DIR.search(key):
         return _day(m[1]), _day(m[2])
     return None
+
+
+# ---- the dialect: what a CUR file holds
+
+
+class CurDialect:
+    """CUR 2.0 and legacy CUR for the billing driver: the header layout (and its required
+    columns), the billing period of a file its path does not name, the mapping of a chunk."""
+
+    def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return _parquet_text(frame)
+
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _CurFile:
+        layout = _Layout(opened.columns, opened.label)
+        if period is None:
+            lo, hi = _content_period(first, layout)
+            period = None if lo is None or hi is None else (lo, hi)
+        return _CurFile(opened.label, layout, period)
+
+
+class _CurFile:
+    def __init__(self, file: str, layout: _Layout, period: Period | None) -> None:
+        self.file, self.layout, self.period = file, layout, period
+
+    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        return _normalize(chunk, self.layout, self.file, self.period or (None, None))
+
+    def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
+        del first  # the key names the line item and hour
+        column = self.layout.spelled("identity_line_item_id")
+        return RefusedRow(self.file, line, column, f"repeated line item id and usage start: {key!r}", key)
+
+    def finish(self, read: int, accepted: int, refused: int) -> None:
+        """Nothing to log: the ingestor records the run's counts."""
 
 
 # ---- header layouts
@@ -850,13 +720,12 @@ def _normalize(
     frame: pl.DataFrame,
     layout: _Layout,
     file: str,
-    seen: pl.Series,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
-) -> tuple[pl.DataFrame, list[RefusedRow], pl.Series]:
-    """A text chunk → (normalized lines, refused rows, line-key hashes seen in the file so far).
+) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """A text chunk → (normalized lines, refused rows); a repeated line key is the driver's to refuse.
     ``period``: the file's billing period when its path or manifest names one; else each row's
     ``bill_billing_period_*`` bounds its usage dates."""
-    col, name = layout.col, layout.spelled
+    col = layout.col
     for optional in OPTIONAL:  # absent optional columns: null text under their CUR 2.0 name
         if optional not in layout.names and optional not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias(optional))
@@ -1040,17 +909,4 @@ def _normalize(
         c("_currency").alias("currency"),
         c("_tags").alias("tags"),
     )
-    # A line key seen before in this file (this chunk or an earlier one) is refused; the first
-    # stays. Earlier chunks are remembered as 64-bit hashes (8 bytes a row).
-    hashes = lines["line_key"].hash(seed=0)
-    repeated = (~lines["line_key"].is_first_distinct()) | hashes.is_in(seen.implode())
-    if repeated.any():
-        id_column = name("identity_line_item_id")
-        for row in lines.filter(repeated).select("line_no", "line_key").iter_rows():
-            refused.append(
-                RefusedRow(
-                    file, row[0], id_column, f"repeated line item id and usage start: {row[1]!r}", row[1]
-                )
-            )
-        lines = lines.filter(~repeated)
-    return lines, refused, pl.concat([seen, hashes.filter(~repeated)])
+    return lines, refused
