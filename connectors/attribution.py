@@ -210,6 +210,7 @@ class ProcessAttributor:
         }
         facts |= {f"label:{k}": v for k, v in labels.items()}
         values = self._fields(facts, labels)
+        workload: str | None
         if ref is None:
             key, workload, fallback_user = f"proc:{unix_user or 'unknown'}/{comm}", comm, unix_user
         else:

@@ -20,16 +20,24 @@ from connectors.sdk import ConfigurationError
 
 
 class AwsAccess(Protocol):
-    """The credential keys an AWS connector's config has."""
+    """The credential keys an AWS connector's config has (read-only: configs are frozen)."""
 
-    profile: str | None
-    aws_access_key_id: SecretStr | None
-    aws_secret_access_key: SecretStr | None
-    role_arn: str | None
-    external_id: str | None
-    role_session_name: str
-    max_retries: int
-    timeout_s: float
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def aws_access_key_id(self) -> SecretStr | None: ...
+    @property
+    def aws_secret_access_key(self) -> SecretStr | None: ...
+    @property
+    def role_arn(self) -> str | None: ...
+    @property
+    def external_id(self) -> str | None: ...
+    @property
+    def role_session_name(self) -> str: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def timeout_s(self) -> float: ...
 
 
 def boto_config(config: AwsAccess) -> BotoConfig:

@@ -60,6 +60,7 @@ the role to grant.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -490,19 +491,23 @@ class AzureMonitorConnector:
         frames: list[pl.DataFrame] = []
         devices: dict[str, DeviceInfo] = {}
         ids = list(c.vm_resource_ids)
+
+        def query(batch: list[str]) -> Any:
+            return self._metrics_client().query_resources(
+                resource_ids=batch,
+                metric_namespace=c.vm_metric_namespace,
+                metric_names=list(c.vm_metrics),
+                timespan=(start, end),
+                granularity=dt.timedelta(seconds=c.period_s),
+                aggregations=["Average"],
+                filter=f"{dimension} eq '*'" if dimension else None,
+            )
+
         for first in range(0, len(ids), _BATCH):
             results = call_azure(
                 SOURCE,
                 "Monitoring Reader on the VMs (or their subscription)",
-                lambda first=first: self._metrics_client().query_resources(
-                    resource_ids=ids[first : first + _BATCH],
-                    metric_namespace=c.vm_metric_namespace,
-                    metric_names=list(c.vm_metrics),
-                    timespan=(start, end),
-                    granularity=dt.timedelta(seconds=c.period_s),
-                    aggregations=["Average"],
-                    filter=f"{dimension} eq '*'" if dimension else None,
-                ),
+                functools.partial(query, ids[first : first + _BATCH]),
             )
             for result in results:
                 for metric in result.metrics:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -96,7 +96,7 @@ class AzureTokenAuth(httpx.Auth):
                 self._token, self._expires_on = access.token, float(access.expires_on)
             return self._token
 
-    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.headers["Authorization"] = f"Bearer {self.token()}"
         yield request
 

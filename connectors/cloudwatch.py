@@ -74,6 +74,7 @@ is ``InternalError``, or ``PartialData`` with no ``NextToken`` to continue, is a
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import math
 import re
@@ -257,7 +258,7 @@ def segments(start_s: int, end_s: int, now_s: int, period_s: int) -> list[tuple[
     starts = [_ceil(now_s - OLDEST_S, 3600)]
     for (age, _), older_period in zip(RETENTION, periods[:-1], strict=True):
         starts.append(max(starts[-1], _ceil(now_s - age, older_period)))
-    pieces = []
+    pieces: list[tuple[int, int, int]] = []
     for band, (lo, period) in enumerate(zip(starts, periods, strict=True)):
         hi = starts[band + 1] if band + 1 < len(starts) else end_s
         lo, hi = max(lo, start_s), min(hi, end_s)
@@ -374,7 +375,7 @@ class CloudWatchConnector:
         found: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
         for name in names:
             pages = cloudwatch.get_paginator("list_metrics").paginate(Namespace=namespace, MetricName=name)
-            for page in self._call(lambda pages=pages: list(pages), "cloudwatch:ListMetrics"):
+            for page in self._call(functools.partial(list, pages), "cloudwatch:ListMetrics"):
                 for metric in page.get("Metrics", []):
                     dims = tuple((d["Name"], d["Value"]) for d in metric.get("Dimensions", []))
                     # a set for deduplication; the query keeps the listed order (moto matches
@@ -438,7 +439,7 @@ class CloudWatchConnector:
                 pages = paginator.paginate(Filters=[{"Name": "instance-id", "Values": ids}])
                 found = {
                     instance["InstanceId"]: instance.get("InstanceType")
-                    for page in self._call(lambda pages=pages: list(pages), "ec2:DescribeInstances")
+                    for page in self._call(functools.partial(list, pages), "ec2:DescribeInstances")
                     for reservation in page.get("Reservations", [])
                     for instance in reservation.get("Instances", [])
                 }
@@ -523,7 +524,7 @@ class CloudWatchConnector:
                 if token:
                     request["NextToken"] = token
                 page = self._call(
-                    lambda r=request: cloudwatch.get_metric_data(**r), "cloudwatch:GetMetricData"
+                    functools.partial(cloudwatch.get_metric_data, **request), "cloudwatch:GetMetricData"
                 )
                 partial = False
                 for result in page.get("MetricDataResults", []):

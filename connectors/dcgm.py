@@ -196,13 +196,13 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     gpu = frame.filter(~pl.col("mig"))
     full = gpu.join(mig_times, on=["parent", "ts_ms"], how="anti")
     parent = gpu.join(mig_times, on=["parent", "ts_ms"], how="semi")
-    key = pl.col("key")
+    key_col = pl.col("key")
     parts = [
-        full.filter(key.is_in(_DIRECT)).with_columns(key.alias("metric")),
-        instance.filter(key.is_in([*_DIRECT, "gr_engine"]) & (key != "gpu_util")).with_columns(
-            key.replace("gr_engine", "gpu_util").alias("metric")
+        full.filter(key_col.is_in(_DIRECT)).with_columns(key_col.alias("metric")),
+        instance.filter(key_col.is_in([*_DIRECT, "gr_engine"]) & (key_col != "gpu_util")).with_columns(
+            key_col.replace("gr_engine", "gpu_util").alias("metric")
         ),
-        _memory(pl.concat([full, instance]).filter(key.is_in(_FB))),
+        _memory(pl.concat([full, instance]).filter(key_col.is_in(_FB))),
         _from_parent(parent, instance),
     ]
     columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items() if c != "share"]

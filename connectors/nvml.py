@@ -23,6 +23,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import pynvml
@@ -47,7 +48,7 @@ MIG_SLICES = 7  # compute slices of an A100/H100/H200: an `Ng.…` profile is N/
 _PROFILE = re.compile(r"\b(\d)g\.\d+gb(?:\+\w+)?")
 
 #: Each basic reading: the metrics it yields, and how to get them from pynvml (in our units).
-_READINGS: dict[str, tuple[tuple[str, ...], Callable[[Any, Any], tuple[float, ...]]]] = {
+_READINGS: dict[str, tuple[tuple[Metric, ...], Callable[[Any, Any], tuple[float, ...]]]] = {
     "util": ((Metric.GPU_UTIL,), lambda nv, h: (float(nv.nvmlDeviceGetUtilizationRates(h).gpu),)),
     # v2 counts driver-reserved memory apart from "used", as nvidia-smi does on recent drivers.
     "memory": ((Metric.MEM_USED_B, Metric.MEM_TOTAL_B), lambda nv, h: _memory(nv, h, nv.nvmlMemory_v2)),
@@ -172,7 +173,7 @@ class NvmlSampler:
         workloads: dict[str, WorkloadInfo] = {}
         for dev in self._devices.values():
             values = self._read(dev, now)
-            occupants = self._guard(dev, "procs", lambda d=dev: d.shares.current(now)) or [(UNALLOCATED, 1.0)]
+            occupants = self._guard(dev, "procs", partial(dev.shares.current, now)) or [(UNALLOCATED, 1.0)]
             for info, share in occupants:
                 if info.workload_key:  # '' (unallocated) needs no description
                     workloads.setdefault(info.workload_key, info)
@@ -205,10 +206,10 @@ class NvmlSampler:
         for name in list(dev.readings):
             if name in every and now - dev.read_at.get(name, float("-inf")) < every[name]:
                 continue  # an expensive reading, not due yet
-            got = self._guard(dev, name, lambda n=name: _READINGS[n][1](self._nvml, dev.handle))
+            got = self._guard(dev, name, partial(_READINGS[name][1], self._nvml, dev.handle))
             if got is None and _FALLBACK.get(name) in dev.readings:  # just refused: the older call
                 name = _FALLBACK[name]
-                got = self._guard(dev, name, lambda n=name: _READINGS[n][1](self._nvml, dev.handle))
+                got = self._guard(dev, name, partial(_READINGS[name][1], self._nvml, dev.handle))
             if got is not None:
                 dev.read_at[name] = now
                 metrics = _READINGS[name][0]

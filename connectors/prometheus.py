@@ -20,7 +20,7 @@ import datetime as dt
 import re
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -131,7 +131,7 @@ class _Bearer(httpx.Auth):
     def __init__(self, token: str) -> None:
         self._header = f"Bearer {token}"
 
-    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.headers["Authorization"] = self._header
         yield request
 

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -42,6 +42,15 @@ class ConnectorConfigError(ConfigurationError):
         super().__init__(f'connector "{connector}" (type "{type_name}"): {details}')
 
 
+class ConnectorClass(Protocol):
+    """What the registry needs of a registered class: the model its configs validate with, and a
+    constructor taking one such config (keyword arguments: clocks and clients, for tests)."""
+
+    config_model: type[ConnectorConfig]
+
+    def __call__(self, config: Any, /, **kwargs: Any) -> Any: ...
+
+
 class Registry:
     """Connector classes by type name, loaded lazily from entry points.
 
@@ -55,14 +64,14 @@ class Registry:
         if disabled is None:
             disabled = os.environ.get(DISABLED_ENV, "").split(",")
         self.disabled = frozenset(d.strip() for d in disabled if d.strip())
-        self._classes: dict[str, type] = {}
+        self._classes: dict[str, ConnectorClass] = {}
         self._missing: dict[str, str] = {}  # type name → missing optional module
 
     def known_types(self) -> list[str]:
         """Registered, enabled type names (not imported yet: listing is cheap)."""
         return sorted(n for n in self._eps if n not in self.disabled and n not in self._missing)
 
-    def connector_class(self, type_name: str) -> type:
+    def connector_class(self, type_name: str) -> ConnectorClass:
         """The class registered as ``type_name``; :class:`UnknownConnectorType` if none."""
         if type_name in self._classes:
             return self._classes[type_name]
@@ -146,7 +155,7 @@ def default_registry() -> Registry:
     return _default
 
 
-def connector_class(type_name: str) -> type:
+def connector_class(type_name: str) -> ConnectorClass:
     return default_registry().connector_class(type_name)
 
 

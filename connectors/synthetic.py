@@ -97,7 +97,7 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def _uniform(keys: np.ndarray, counter: np.ndarray, channel: int) -> np.ndarray:
+def _uniform(keys: np.ndarray | np.uint64, counter: np.ndarray, channel: int) -> np.ndarray:
     """Uniform on [0, 1), elementwise a pure function of (device key, counter, channel)."""
     salt = np.uint64((channel * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
     x = _mix64(counter.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03) + (keys ^ salt))

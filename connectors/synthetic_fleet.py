@@ -12,7 +12,8 @@ window always contains them.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from connectors.sdk import MEASURED_METRICS, DeviceInfo, Metric, WorkloadInfo
 
@@ -51,7 +52,7 @@ CLOUD_DCGM = (*CLOUD, Metric.SM_ACTIVE.value)  # an instance whose DCGM pipeline
 @dataclass(frozen=True, slots=True)
 class Pool:
     key: str
-    environment: str
+    environment: Literal["onprem", "aws", "gcp", "azure"]
     provider: str | None
     account: str | None
     region: str | None
@@ -448,7 +449,8 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
             device_id = f"{node}/gpu{gpu}"
         else:
             device_id = f"{instance_id}/gpu{gpu}" if instance_id else uuid
-        common = dict(
+        gpu_info = DeviceInfo(
+            device_id=device_id,
             environment=pool.environment,
             provider=pool.provider,
             account=pool.account,
@@ -469,12 +471,12 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
         parts = MIG_LAYOUTS.get((pool.key, base, gpu))
         for mig, profile in enumerate(parts or (None,)):
             fraction, mem_b, metrics = 1.0, pool.gpu.mem_total_b, pool.metrics
-            info_id, extra = device_id, {}
+            info_id, parent_id = device_id, None
             if profile is not None:
                 slices, mem_mib = MIG_PROFILES[profile]
                 fraction, mem_b, metrics = slices / 7, mem_mib * MIB, MIG
                 info_id = "MIG-" + _uuid(uuid, mig)
-                extra = dict(parent_device_id=uuid, mig_profile=profile)
+                parent_id = uuid
             lanes = tuple(
                 (p, p.nodes.index(base), replica)
                 for p in PLACEMENTS
@@ -483,9 +485,14 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
                 and gpu in p.gpus
                 and p.mig == (mig if profile is not None else None)
             )
-            info = DeviceInfo(
-                device_id=info_id, gpu_fraction=fraction, tdp_w=pool.gpu.tdp_w * fraction, **common, **extra
-            )  # type: ignore[arg-type]
+            info = replace(
+                gpu_info,
+                device_id=info_id,
+                parent_device_id=parent_id,
+                mig_profile=profile,
+                gpu_fraction=fraction,
+                tdp_w=pool.gpu.tdp_w * fraction,
+            )
             gpu_hw = pool.gpu
             out.append(
                 DeviceSpec(
