@@ -137,28 +137,26 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.base import (
-    ConfigurationError,
-    ConnectorConfig,
-    ConnectorError,
-    FatalSourceError,
-    RetriableError,
-)
-from connectors.billing import (
+from connectors.billing_driver import ExportFile, OpenedFile, Period, read_files
+from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
+from connectors.billing_stores import LocalTree, S3Prefix
+from connectors.cloud import auth_error, permission_error
+from connectors.sdk import (
+    BILLING_CURRENCIES,
     MONEY,
     UTC_TIME,
     BillingBatch,
     BillingConfig,
     BillingFileError,
     ChargeCategory,
+    ConfigurationError,
+    ConnectorConfig,
+    ConnectorError,
+    FatalSourceError,
     PricingModel,
     RefusedRow,
+    RetriableError,
 )
-from connectors.billing_driver import ExportFile, OpenedFile, Period, read_files
-from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
-from connectors.billing_stores import LocalTree, S3Prefix
-from connectors.cloud import auth_error, permission_error
-from service.billing.currencies import BILLING_CURRENCIES
 
 if TYPE_CHECKING:
     import boto3

@@ -143,18 +143,6 @@ import polars as pl
 from pydantic import Field, SecretStr, model_validator
 
 from connectors.azure_auth import build_credential, call_azure
-from connectors.base import ConfigurationError
-from connectors.billing import (
-    MONEY,
-    UTC_TIME,
-    BillingBatch,
-    BillingConfig,
-    BillingFileError,
-    ChargeCategory,
-    PricingModel,
-    RefusedRow,
-    conform,
-)
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
@@ -171,7 +159,19 @@ from connectors.billing_io import (
     require_columns,
 )
 from connectors.cloud import auth_error
-from service.billing.currencies import BILLING_CURRENCIES
+from connectors.sdk import (
+    BILLING_CURRENCIES,
+    MONEY,
+    UTC_TIME,
+    BillingBatch,
+    BillingConfig,
+    BillingFileError,
+    ChargeCategory,
+    ConfigurationError,
+    PricingModel,
+    RefusedRow,
+    conform,
+)
 
 _D18 = pl.Decimal(38, 18)
 _SUFFIXES = {".csv": "csv"}

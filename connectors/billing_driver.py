@@ -33,8 +33,8 @@ from typing import IO, Protocol
 
 import polars as pl
 
-from connectors.billing import BillingBatch, BillingFileError, RefusedRow, conform
 from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, open_stream, parquet_chunks
+from connectors.sdk import BillingBatch, BillingFileError, RefusedRow, conform
 
 Period = tuple[dt.datetime, dt.datetime]
 Chunk = tuple[pl.DataFrame, list[RefusedRow]]

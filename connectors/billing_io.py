@@ -42,8 +42,8 @@ from typing import IO
 
 import polars as pl
 
-from connectors.billing import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
 from connectors.csv_records import MAX_RECORD_BYTES, Records, scan
+from connectors.sdk import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
 
 LINE = "_line"
 _REPLACEMENT = "\ufffd"

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from connectors.billing import BillingFileError
 from connectors.billing_driver import ExportFile
 from connectors.billing_io import BLOCK_BYTES, check_explicit
+from connectors.sdk import BillingFileError
 
 
 @contextlib.contextmanager

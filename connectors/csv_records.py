@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from connectors.billing import RefusedRow
+from connectors.sdk import RefusedRow
 
 #: The longest record with a quoted newline (bytes, first line to last): a quote left open for
 #: longer is unbalanced. Bounds what a stray quote can make the reader hold.

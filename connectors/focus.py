@@ -103,7 +103,11 @@ from typing import ClassVar, Literal
 import polars as pl
 from pydantic import Field
 
-from connectors.billing import (
+from connectors.billing_driver import ExportFile, OpenedFile, Period, read_file, read_files
+from connectors.billing_io import BLOCK_BYTES, LINE, Checks, require_columns, sane_period, sha1_keys
+from connectors.billing_stores import local_export_files, local_file
+from connectors.sdk import (
+    BILLING_CURRENCIES,
     MONEY,
     UTC_TIME,
     BillingBatch,
@@ -113,10 +117,6 @@ from connectors.billing import (
     PricingModel,
     RefusedRow,
 )
-from connectors.billing_driver import ExportFile, OpenedFile, Period, read_file, read_files
-from connectors.billing_io import BLOCK_BYTES, LINE, Checks, require_columns, sane_period, sha1_keys
-from connectors.billing_stores import local_export_files, local_file
-from service.billing.currencies import BILLING_CURRENCIES
 
 log = logging.getLogger(__name__)
 

@@ -68,18 +68,6 @@ from typing import Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, model_validator
 
-from connectors.base import ConfigurationError, FatalSourceError, RetriableError
-from connectors.billing import (
-    MONEY,
-    UTC_TIME,
-    BillingBatch,
-    BillingConfig,
-    BillingFileError,
-    ChargeCategory,
-    PricingModel,
-    RefusedRow,
-    conform,
-)
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
@@ -99,7 +87,21 @@ from connectors.billing_io import (
     zip_member_name,
 )
 from connectors.cloud import auth_error, permission_error
-from service.billing.currencies import BILLING_CURRENCIES
+from connectors.sdk import (
+    BILLING_CURRENCIES,
+    MONEY,
+    UTC_TIME,
+    BillingBatch,
+    BillingConfig,
+    BillingFileError,
+    ChargeCategory,
+    ConfigurationError,
+    FatalSourceError,
+    PricingModel,
+    RefusedRow,
+    RetriableError,
+    conform,
+)
 
 _D18 = pl.Decimal(38, 18)  # products and quotients are taken at 18 decimals, then rounded to 9
 _LABEL = pl.List(pl.Struct({"key": pl.String(), "value": pl.String()}))
