@@ -23,11 +23,20 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import polars as pl
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
+from connectors.sdk.shapes import DEVICE, WORKLOAD, Attribute
 from service.metrics_catalog import Metric
 from service.timeutil import from_ms, to_ms
 
@@ -69,31 +78,41 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-class DeviceIn(_Strict):
-    device_id: _text(200, 1)
-    environment: Literal["onprem", "aws", "gcp", "azure"]
-    provider: _text(32) | None = None
-    account: _text(200) | None = None
-    region: _text(100) | None = None
-    cluster: _text(200) | None = None
-    node: _text(200) | None = None
-    instance_id: _text(300) | None = None
-    instance_type: _text(100) | None = None
-    gpu_model: _text(100) | None = None
-    gpu_index: int | None = Field(None, ge=0, le=65535)
-    parent_device_id: _text(200) | None = None
-    mig_profile: _text(50) | None = None
-    gpu_fraction: float = Field(1.0, gt=0, le=1)
-    tdp_w: float | None = Field(None, gt=0, le=100_000)
+def _field(a: Attribute) -> tuple[Any, Any]:
+    """(type, default) of a pushed attribute, as pydantic's ``create_model`` takes them."""
+    if a.choices:
+        kind: Any = Literal[a.choices]
+    elif a.kind is str:
+        kind = _text(a.max_length or 0, a.min_length)
+    else:
+        kind = a.kind
+    if a.nullable:
+        kind = kind | None
+    if a.kind in (int, float):
+        # bounds on the field, as the hand-written models had them, so refusals read the same
+        return kind, Field(... if a.required else a.default, gt=a.gt, ge=a.ge, le=a.le)
+    return kind, ... if a.required else a.default
 
 
-class WorkloadIn(_Strict):
-    workload_key: _text(500)  # '' = unallocated: accepted, nothing to store
-    project: _text(200) | None = None
-    team: _text(200) | None = None
-    user_name: _text(200) | None = None
-    namespace: _text(200) | None = None
-    workload: _text(300) | None = None
+def _model(name: str, attributes: tuple[Attribute, ...]) -> type[_Strict]:
+    """A push model with one field per declared attribute, in declaration order (the order
+    ``content_sha256`` hashes)."""
+    fields: dict[str, Any] = {a.name: _field(a) for a in attributes}
+    return create_model(name, __base__=_Strict, __module__=__name__, **fields)
+
+
+if TYPE_CHECKING:
+    # What this module reads by name; the fields are connectors.sdk.shapes.DEVICE and WORKLOAD.
+
+    class DeviceIn(_Strict):
+        device_id: str
+
+    class WorkloadIn(_Strict):
+        workload_key: str  # '' = unallocated: accepted, nothing to store
+
+else:
+    DeviceIn = _model("DeviceIn", DEVICE)
+    WorkloadIn = _model("WorkloadIn", WORKLOAD)
 
 
 class SamplesIn(_Strict):
@@ -115,7 +134,7 @@ class SamplesIn(_Strict):
 
 class BatchIn(_Strict):
     batch_id: str = Field(min_length=3, max_length=200, pattern=r"^[^:\s\x00-\x1f\x7f]+:\d+$")
-    agent: _text(100, 1)
+    agent: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_printable)]
     devices: list[DeviceIn] = Field(max_length=MAX_DEVICES)
     workloads: list[WorkloadIn] = Field([], max_length=MAX_WORKLOADS)
     samples: SamplesIn

@@ -4,28 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, auto
+from typing import Any
 
+from connectors.sdk.shapes import DIMENSIONS, dimension
 from service.metrics_catalog import UTIL_METRICS
 
 
 class Dimension(Enum):
-    """A ledger column answers may be grouped and filtered by (value = the column name)."""
+    """A ledger column answers may be grouped and filtered by (value = the column name).
 
-    ENVIRONMENT = "environment"
-    PROVIDER = "provider"
-    ACCOUNT = "account"
-    REGION = "region"
-    CLUSTER = "cluster"
-    NODE = "node"
-    DEVICE = "device_id"
-    GPU_MODEL = "gpu_model"
-    INSTANCE_TYPE = "instance_type"
-    PROJECT = "project"
-    TEAM = "team"
-    USER = "user_name"
-    NAMESPACE = "namespace"
-    WORKLOAD = "workload"
+    The columns come from ``connectors.sdk.shapes.DIMENSIONS``; the members are written out so
+    code and type checkers can name them (tests/test_shapes_agree.py checks the two lists agree).
+    """
+
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last_values: list[Any]) -> str:
+        return dimension(name).column
+
+    ENVIRONMENT = auto()
+    PROVIDER = auto()
+    ACCOUNT = auto()
+    REGION = auto()
+    CLUSTER = auto()
+    NODE = auto()
+    DEVICE = auto()
+    GPU_MODEL = auto()
+    INSTANCE_TYPE = auto()
+    PROJECT = auto()
+    TEAM = auto()
+    USER = auto()
+    NAMESPACE = auto()
+    WORKLOAD = auto()
 
     @property
     def column(self) -> str:
@@ -37,9 +47,7 @@ class Dimension(Enum):
         return self in WORKLOAD_DIMENSIONS
 
 
-WORKLOAD_DIMENSIONS = frozenset(
-    {Dimension.PROJECT, Dimension.TEAM, Dimension.USER, Dimension.NAMESPACE, Dimension.WORKLOAD}
-)
+WORKLOAD_DIMENSIONS = frozenset(Dimension[d.name] for d in DIMENSIONS if d.workload)
 
 
 class Granularity(Enum):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from decimal import Decimal
-from enum import Enum
-from typing import Annotated, overload
+from enum import Enum, auto
+from typing import Annotated, Any, overload
 
 import strawberry
 
+from connectors.sdk.shapes import dimension
 from service.analytics import dims
 from service.analytics.access import Access
 from service.analytics.paging import Page
@@ -36,20 +37,26 @@ class Money:
 
 @strawberry.enum(description="A ledger dimension to group or filter by.")
 class Dimension(Enum):
-    ENVIRONMENT = strawberry.enum_value("ENVIRONMENT", description="onprem, aws, gcp or azure")
-    PROVIDER = strawberry.enum_value("PROVIDER", description="cloud provider or on-prem operator")
-    ACCOUNT = strawberry.enum_value("ACCOUNT", description="cloud account / subscription / project id")
-    REGION = strawberry.enum_value("REGION", description="cloud region or on-prem site")
-    CLUSTER = strawberry.enum_value("CLUSTER", description="cluster name")
-    NODE = strawberry.enum_value("NODE", description="node / host")
-    DEVICE = strawberry.enum_value("DEVICE", description="device id (GPU or MIG instance)")
-    GPU_MODEL = strawberry.enum_value("GPU_MODEL", description="GPU model, e.g. H100")
-    INSTANCE_TYPE = strawberry.enum_value("INSTANCE_TYPE", description="cloud instance type")
-    PROJECT = strawberry.enum_value("PROJECT", description="workload's project")
-    TEAM = strawberry.enum_value("TEAM", description="workload's team")
-    USER = strawberry.enum_value("USER", description="workload's user")
-    NAMESPACE = strawberry.enum_value("NAMESPACE", description="workload's Kubernetes namespace")
-    WORKLOAD = strawberry.enum_value("WORKLOAD", description="pod/container, job or VM")
+    # Each value's description comes from connectors.sdk.shapes.DIMENSIONS; the members are written
+    # out so code and type checkers can name them (tests/test_shapes_agree.py checks the lists).
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last_values: list[Any]) -> Any:
+        return strawberry.enum_value(name, description=dimension(name).description)
+
+    ENVIRONMENT = auto()
+    PROVIDER = auto()
+    ACCOUNT = auto()
+    REGION = auto()
+    CLUSTER = auto()
+    NODE = auto()
+    DEVICE = auto()
+    GPU_MODEL = auto()
+    INSTANCE_TYPE = auto()
+    PROJECT = auto()
+    TEAM = auto()
+    USER = auto()
+    NAMESPACE = auto()
+    WORKLOAD = auto()
 
     def domain(self) -> dims.Dimension:
         return dims.Dimension[self.value]

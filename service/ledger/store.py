@@ -14,6 +14,7 @@ import polars as pl
 from sqlalchemy import Connection, case, delete, func, insert, or_, select
 
 from connectors.base import DeviceInfo
+from connectors.sdk.shapes import DEVICE, WORKLOAD
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
@@ -32,24 +33,11 @@ _SUMMED = (
     "energy_cost",
 )
 _MAXED = ("mem_used_max_b", "mem_total_b", "temp_max_c")
+# Constant within a (device, day, workload, currency) group, so the rollup keeps any one (max):
+# the described attributes every ledger row carries, less the group's own keys, and the ingest's.
 _DIMENSIONS = (
     "source",
-    "environment",
-    "provider",
-    "account",
-    "region",
-    "cluster",
-    "node",
-    "instance_id",
-    "instance_type",
-    "gpu_model",
-    "mig_profile",
-    "gpu_fraction",
-    "project",
-    "team",
-    "user_name",
-    "namespace",
-    "workload",
+    *[a.name for a in (*DEVICE, *WORKLOAD) if a.ledger and a.name not in ("device_id", "workload_key")],
     "default_metric",
     "rate_source",
 )
