@@ -16,14 +16,6 @@ from service.dbtypes import UTCDateTime
 from service.money import FxRateType, Money, Quantity
 
 
-def _money(nullable: bool = False) -> dict:  # type: ignore[type-arg]
-    return {"sa_type": Money, "nullable": nullable}
-
-
-def _utc(nullable: bool = False, index: bool = False) -> dict:  # type: ignore[type-arg]
-    return {"sa_type": UTCDateTime, "nullable": nullable, "index": index}
-
-
 class DeviceDescription(SQLModel):
     """What a source says about a GPU or MIG instance (``connectors.base.DeviceInfo``, stored)."""
 
@@ -55,8 +47,8 @@ class Device(DeviceDescription, table=True):
     )
     source: str = Field(max_length=100, description="connector instance that reported it")
     metrics: str = Field(default="", max_length=300, description="comma-separated metric keys seen")
-    first_seen: dt.datetime = Field(**_utc())
-    last_seen: dt.datetime = Field(**_utc())
+    first_seen: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    last_seen: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
 class LedgerFacts(SQLModel):
@@ -114,9 +106,9 @@ class LedgerFacts(SQLModel):
     mem_total_b: float | None = None
     temp_max_c: float | None = None
     # cost (DESIGN §4): cost covers present time; idle_cost is the part spent idle
-    cost: Decimal | None = Field(default=None, **_money(nullable=True))
-    idle_cost: Decimal | None = Field(default=None, **_money(nullable=True))
-    energy_cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+    idle_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+    energy_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
     currency: str | None = Field(default=None, max_length=3)
     rate_source: str | None = Field(
         default=None, max_length=200, description="billing:… | rate_card:… | tco:…"
@@ -134,7 +126,7 @@ class LedgerHour(LedgerFacts, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    hour_start: dt.datetime = Field(**_utc())
+    hour_start: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
     hour_index: int = Field(description="hours since 1970-01-01T00Z")
     day_index: int = Field(description="days since 1970-01-01")
     month_index: int = Field(description="calendar months since 1970-01")
@@ -177,11 +169,11 @@ class GpuRate(SQLModel, table=True):
     instance_id: str | None = Field(default=None, max_length=300)
     instance_type: str | None = Field(default=None, max_length=100)
     gpu_model: str | None = Field(default=None, max_length=100)
-    valid_from: dt.datetime = Field(**_utc())
-    valid_to: dt.datetime | None = Field(default=None, **_utc(nullable=True))
-    effective_per_gpu_hour: Decimal = Field(**_money())
-    list_per_gpu_hour: Decimal | None = Field(default=None, **_money(nullable=True))
-    billed_per_gpu_hour: Decimal | None = Field(default=None, **_money(nullable=True))
+    valid_from: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    valid_to: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    effective_per_gpu_hour: Decimal = Field(sa_type=Money, nullable=False)
+    list_per_gpu_hour: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+    billed_per_gpu_hour: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
     currency: str = Field(max_length=3)
 
 
@@ -211,8 +203,8 @@ class BillingLine(SQLModel, table=True):
     provider: str = Field(max_length=32, index=True)
     billing_account: str | None = Field(default=None, max_length=200)
     account: str | None = Field(default=None, max_length=200)
-    charge_start: dt.datetime = Field(**_utc(index=True))
-    charge_end: dt.datetime = Field(**_utc())
+    charge_start: dt.datetime = Field(sa_type=UTCDateTime, nullable=False, index=True)
+    charge_end: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
     charge_category: str = Field(max_length=20, description="FOCUS ChargeCategory")
     charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
     pricing_model: str | None = Field(default=None, max_length=20)
@@ -229,9 +221,9 @@ class BillingLine(SQLModel, table=True):
     gpu_count: int | None = None
     gpu_hours: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
     is_gpu_sku: bool | None = None
-    billed_cost: Decimal = Field(**_money())
-    effective_cost: Decimal = Field(**_money())
-    list_cost: Decimal | None = Field(default=None, **_money(nullable=True))
+    billed_cost: Decimal = Field(sa_type=Money, nullable=False)
+    effective_cost: Decimal = Field(sa_type=Money, nullable=False)
+    list_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
     currency: str = Field(max_length=3)
     tags: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
@@ -246,7 +238,7 @@ class BillingFile(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     source: str = Field(max_length=100)
     source_file: str = Field(max_length=1000)
-    billing_period_start: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    billing_period_start: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
     assembly_id: str | None = Field(default=None, max_length=200, description="AWS CUR assembly")
     rows_read: int
     rows_accepted: int
@@ -255,7 +247,7 @@ class BillingFile(SQLModel, table=True):
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     # what an operator should know though the file imported (e.g. currencies without an FX rate)
     notice: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    imported_at: dt.datetime = Field(**_utc())
+    imported_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
 class FxRate(SQLModel, table=True):
@@ -279,9 +271,9 @@ class ConnectorState(SQLModel, table=True):
     name: str = Field(primary_key=True, max_length=100)
     type: str = Field(max_length=50)
     status: str = Field(max_length=30)
-    watermark: dt.datetime | None = Field(default=None, **_utc(nullable=True))
-    last_run_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
-    last_success_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    watermark: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    last_run_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    last_success_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
     last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     # the last run's warnings that did not fail it (e.g. currencies without an FX rate)
     notice: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
@@ -294,10 +286,10 @@ class ConnectorRun(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     connector: str = Field(max_length=100, index=True)
-    window_start: dt.datetime = Field(**_utc())
-    window_end: dt.datetime = Field(**_utc())
-    started_at: dt.datetime = Field(**_utc())
-    finished_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    window_start: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    window_end: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    started_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    finished_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
     status: str = Field(max_length=30)
     read: int = 0
     accepted: int = 0
@@ -338,7 +330,7 @@ class PushedBatch(SQLModel, table=True):
 
     batch_id: str = Field(primary_key=True, max_length=200, description="<agent-id>:<seq>")
     agent: str = Field(max_length=100, description="the `agent` connector (token) it was pushed to")
-    received_at: dt.datetime = Field(**_utc())
+    received_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
     samples: int = Field(default=0, description="rows in pushed_sample")
     content_sha256: str | None = Field(
         default=None, max_length=64, description="hash of the batch's body: a replay must match it"
@@ -371,7 +363,7 @@ class PushedDevice(DeviceDescription, table=True):
 
     agent: str = Field(primary_key=True, max_length=100)
     device_id: str = Field(primary_key=True, max_length=200)
-    updated_at: dt.datetime = Field(**_utc())
+    updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
 class PushedWorkload(SQLModel, table=True):
@@ -386,7 +378,7 @@ class PushedWorkload(SQLModel, table=True):
     user_name: str | None = Field(default=None, max_length=200)
     namespace: str | None = Field(default=None, max_length=200)
     workload: str | None = Field(default=None, max_length=300)
-    updated_at: dt.datetime = Field(**_utc())
+    updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
 # --- access: API tokens (service.auth.tokens) -----------------------------------------------
@@ -401,7 +393,7 @@ class ApiToken(SQLModel, table=True):
     name: str = Field(max_length=100, unique=True)
     secret_sha256: str = Field(max_length=64, unique=True, description="hex SHA-256 of the secret")
     scopes: str = Field(sa_column=Column(Text, nullable=False), description="space-separated scopes")
-    created_at: dt.datetime = Field(**_utc())
-    expires_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
-    revoked_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
-    last_used_at: dt.datetime | None = Field(default=None, **_utc(nullable=True))
+    created_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    expires_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    revoked_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    last_used_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
