@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, SecretStr
 from sqlalchemy import Engine, delete, select
+from sqlmodel import SQLModel
 
 from connectors.sdk import (
     SAMPLE_SCHEMA,
@@ -49,11 +50,12 @@ from connectors.sdk import (
     WorkloadInfo,
     to_ms,
 )
+from service.dbtypes import table_of
 from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
 
 PRUNE_EVERY = dt.timedelta(hours=1)
-DEVICE_FIELDS: tuple[str, ...] = DeviceInfo.__slots__  # type: ignore[attr-defined]
-WORKLOAD_FIELDS: tuple[str, ...] = WorkloadInfo.__slots__  # type: ignore[attr-defined]
+DEVICE_FIELDS: tuple[str, ...] = DeviceInfo.__slots__
+WORKLOAD_FIELDS: tuple[str, ...] = WorkloadInfo.__slots__
 
 
 class AgentConfig(ConnectorConfig):
@@ -99,7 +101,7 @@ class AgentConnector:
         """Staged samples with ``start <= ts < end``, as one batch (with every device and workload
         this agent described); prunes expired staging first (see the module docstring)."""
         self.prune()
-        table = PushedSample.__table__
+        table = table_of(PushedSample)
         query = select(*(table.c[c] for c in SAMPLE_SCHEMA)).where(
             table.c.agent == self.config.name, table.c.ts_ms >= to_ms(start), table.c.ts_ms < to_ms(end)
         )
@@ -122,7 +124,7 @@ class AgentConnector:
             return 0
         self._pruned_at = now
         cutoff = now - dt.timedelta(days=self.config.retention_days)
-        batches, samples = PushedBatch.__table__, PushedSample.__table__
+        batches, samples = table_of(PushedBatch), table_of(PushedSample)
         expired = select(batches.c.batch_id).where(
             batches.c.agent == self.config.name, batches.c.received_at < cutoff
         )
@@ -130,7 +132,7 @@ class AgentConnector:
             conn.execute(delete(samples).where(samples.c.batch_id.in_(expired)))
             gone = conn.execute(delete(batches).where(batches.c.batch_id.in_(expired))).rowcount
             for model in (PushedDevice, PushedWorkload):
-                t = model.__table__  # type: ignore[attr-defined]
+                t = table_of(model)
                 conn.execute(delete(t).where(t.c.agent == self.config.name, t.c.updated_at < cutoff))
         return int(gone or 0)
 
@@ -140,8 +142,8 @@ class AgentConnector:
     def _workloads(self) -> list[WorkloadInfo]:
         return [WorkloadInfo(**row) for row in self._rows(PushedWorkload, WORKLOAD_FIELDS)]
 
-    def _rows(self, model: Any, fields: Iterable[str]) -> list[dict[str, Any]]:
-        table = model.__table__
+    def _rows(self, model: type[SQLModel], fields: Iterable[str]) -> list[dict[str, Any]]:
+        table = table_of(model)
         with self.engine.connect() as conn:
             result = conn.execute(
                 select(*(table.c[f] for f in fields)).where(table.c.agent == self.config.name)
