@@ -21,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from connectors.sdk.config import ConnectorConfig
-from connectors.sdk.currencies import BILLING_CURRENCIES, is_currency
+from connectors.sdk.currencies import BILLING_CURRENCIES
 from connectors.sdk.errors import (
     ConfigurationError,
     ConnectorError,
@@ -124,7 +124,6 @@ __all__ = [
     "devices_in",
     "empty_samples",
     "from_ms",
-    "is_currency",
     "parse_utc",
     "to_ms",
     # loaded lazily (see _LAZY)

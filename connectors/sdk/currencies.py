@@ -27,8 +27,3 @@ ACTIVE: frozenset[str] = frozenset(_ACTIVE_CODES.split())
 WITHDRAWN_RECENTLY: frozenset[str] = frozenset({"HRK", "SLL", "ZWL", "ANG"})
 
 BILLING_CURRENCIES: frozenset[str] = ACTIVE | WITHDRAWN_RECENTLY
-
-
-def is_currency(code: str | None) -> bool:
-    """True for a code a bill line may carry (any case, surrounding spaces ignored)."""
-    return code is not None and code.strip().upper() in BILLING_CURRENCIES

@@ -4,4 +4,3 @@ the service's imports and older plugins."""
 from connectors.sdk.currencies import ACTIVE as ACTIVE
 from connectors.sdk.currencies import BILLING_CURRENCIES as BILLING_CURRENCIES
 from connectors.sdk.currencies import WITHDRAWN_RECENTLY as WITHDRAWN_RECENTLY
-from connectors.sdk.currencies import is_currency as is_currency
