@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import polars as pl
@@ -19,6 +21,7 @@ from service.analytics import devices as analytics_devices
 from service.analytics import dims
 from service.api import devices as api_devices
 from service.api import types as api_types
+from service.billing import rates
 from service.ledger import ingest, store
 from service.models import Device, LedgerDay, LedgerHour, PushedDevice, PushedWorkload
 from service.push_batch import DeviceIn, WorkloadIn
@@ -171,3 +174,16 @@ def test_graphql_device() -> None:
     filters = [f.name for f in dataclasses.fields(api_devices.DeviceFilter)]
     assert filters == list(analytics_devices.DEVICE_FILTER_COLUMNS)
     assert set(filters) <= set(names(DEVICE)) | {"source"}
+
+
+# --- billing ------------------------------------------------------------------------------------------
+
+
+def test_unmonitored_pseudo_device_takes_the_billed_attributes() -> None:
+    bill = SimpleNamespace(provider="aws", account="1", region="r", instance_type="p5", gpu_model="H100")
+    hour = SimpleNamespace(source="cur", currency="USD")
+    row = rates._unmonitored_row("i-1", bill, 0, Fraction(1), 0, hour, "billing:x")  # type: ignore[arg-type]
+    described = set(row) & set(names(DEVICE))
+    # device_id is made from the resource, gpu_fraction is 1: the rest comes from the bill
+    assert described - {"device_id", "gpu_fraction"} == set(rates.BILLED_DEVICE_ATTRIBUTES)
+    assert set(rates.BILLED_DEVICE_ATTRIBUTES) <= set(_columns(Device))

@@ -59,6 +59,7 @@ from sqlalchemy import (
     update,
 )
 
+from connectors.sdk.shapes import DEVICE
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.dbtypes import table_of
 from service.ledger import store
@@ -89,6 +90,8 @@ _SET_PRICE = (
 )
 _RATE = table_of(GpuRate)
 _DEVICE = table_of(Device)
+#: What a bill says about an unmonitored instance's pseudo-device (the rest stays unknown).
+BILLED_DEVICE_ATTRIBUTES = tuple(a.name for a in DEVICE if a.billed)
 
 
 def unmonitored_device_id(resource_id: str) -> str:
@@ -560,18 +563,7 @@ def _upsert_devices(conn: Connection, rows: list[dict[str, object]]) -> None:
     }
     for device_id, d in spans.items():
         first, last = min(hours[device_id]), max(hours[device_id]) + dt.timedelta(hours=1)
-        values = {
-            k: d[k]
-            for k in (
-                "environment",
-                "provider",
-                "account",
-                "region",
-                "instance_id",
-                "instance_type",
-                "gpu_model",
-            )
-        }
+        values = {k: d[k] for k in BILLED_DEVICE_ATTRIBUTES}
         values |= {"source": d["source"], "gpu_fraction": 1.0}
         old = existing.get(device_id)
         if old is None:

@@ -14,7 +14,7 @@ import polars as pl
 from sqlalchemy import Connection, case, delete, func, insert, or_, select
 
 from connectors.base import DeviceInfo
-from connectors.sdk.shapes import DEVICE, WORKLOAD
+from connectors.sdk.shapes import DEVICE, WORKLOAD, names
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
@@ -117,7 +117,7 @@ def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo],
             continue
         first = from_ms(stats["first_ms"])
         last = from_ms(stats["last_ms"])
-        values = {f: getattr(info, f) for f in info.__slots__ if f != "device_id"}  # type: ignore[attr-defined]
+        values = {f: getattr(info, f) for f in names(DEVICE) if f != "device_id"}
         values["source"] = source
         old = existing.get(device_id)
         metrics = set(filter(None, (stats["metrics"] or "").split(",")))
