@@ -80,13 +80,25 @@ def test_push_models_follow_the_declaration(model: Any, attributes: tuple[Attrib
     }
     for a in attributes:
         assert model.model_fields[a.name].is_required() == a.required, a.name
-        if a.kind is not str or a.choices:
-            continue
-        model.model_validate({**least, a.name: "x" * a.max_length})
-        for bad in ("x" * (a.max_length + 1), "a\x00b"):
+        if a.kind is str and not a.choices:
+            assert a.max_length is not None
+            model.model_validate({**least, a.name: "x" * a.max_length})
+            refusals = {
+                "x" * (a.max_length + 1): f"String should have at most {a.max_length} characters",
+                "a\x00b": "Value error, control characters (U+0000–U+001F, U+007F) are not allowed",
+            }
+        else:
+            refusals = {}
+            if a.le is not None:
+                refusals[a.le + 1] = f"Input should be less than or equal to {a.le}"
+            if a.gt is not None:
+                refusals[a.gt] = f"Input should be greater than {a.gt}"
+            if a.ge is not None:
+                refusals[a.ge - 1] = f"Input should be greater than or equal to {a.ge}"
+        for bad, message in refusals.items():
             with pytest.raises(ValidationError) as exc:
-                model.model_validate({**least, a.name: bad})
-            assert [e["loc"] for e in exc.value.errors()] == [(a.name,)]
+                model.model_validate({**least, a.name: a.kind(bad)})
+            assert [(e["loc"], e["msg"]) for e in exc.value.errors()] == [((a.name,), message)], a.name
 
 
 # --- storage -------------------------------------------------------------------------------------------
