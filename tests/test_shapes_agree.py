@@ -83,7 +83,7 @@ def test_push_models_follow_the_declaration(model: Any, attributes: tuple[Attrib
         if a.kind is str and not a.choices:
             assert a.max_length is not None
             model.model_validate({**least, a.name: "x" * a.max_length})
-            refusals = {
+            refusals: dict[Any, str] = {
                 "x" * (a.max_length + 1): f"String should have at most {a.max_length} characters",
                 "a\x00b": "Value error, control characters (U+0000–U+001F, U+007F) are not allowed",
             }
