@@ -220,14 +220,29 @@ def ingest(
                 on_chunk=progress,
                 after_ingest=settings.reprice_from_bills(),
             )
-    except ConnectorError as exc:
-        raise fail(f"{name}: {type(exc).__name__}: {exc}", FAILURE_EXIT) from None
+    except typer.Exit:
+        raise  # a billing import with failed files: its summary is printed
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
+    except Exception as exc:  # noqa: BLE001  (every failure of the run: one line, its status)
+        raise fail(run_failure_line(name, exc), FAILURE_EXIT) from None
     finally:
         close_connector(connector)
         engine.dispose()
     typer.echo(f"{name}: {_describe(result)}")
+
+
+def run_failure_line(name: str, error: Exception) -> str:
+    """The one line a failed ingest prints — ``NAME: STATUS: Type: message`` with the status
+    ``service.failures.classify`` gives (the run's and the scheduler's); a bug's traceback goes
+    to the log first (once: the run recorder may have logged it already)."""
+    from service.failures import classify, log_traceback_once
+
+    failure = classify(error)
+    if failure.bug:
+        log_traceback_once(error, f"gpu-ledger ingest {name}")
+        return f"{name}: {failure.status}: {failure.message} (a bug: the traceback is in the log above)"
+    return f"{name}: {failure.status}: {failure.message}"
 
 
 def _ingest_billing(

@@ -4,10 +4,12 @@ Each connector has one asyncio task. A run computes its window, then calls ``ing
 (metrics: from the watermark) or ``ingest_billing`` (billing: from the first day of the previous
 month, since providers restate a month's bill until it closes; re-importing a billing period
 replaces it exactly) in a worker thread (both are synchronous and database-bound). What happens after an
-error follows the error's class (connectors/base.py): ``ConfigurationError`` stops that connector
-until the config is fixed, ``FatalSourceError`` stops it until someone looks, anything else
-(``RetriableError``, network or database trouble) is retried with exponential backoff capped at
-``backoff_cap_s``. The scheduler writes the status of failures; ``ingest_window`` writes success.
+error is what ``service.failures.classify`` says, as for the run's own status: a configuration
+error stops that connector until the config is fixed, ``FatalSourceError`` stops it until someone
+looks, a source out of reach (``RetriableError``, network or database trouble) is retried with
+exponential backoff capped at ``backoff_cap_s``, and bad data or a bug (``INTERNAL_ERROR``, logged
+with its traceback) waits for the next regular run. The run recorder writes the status of a run;
+the scheduler writes it again for a failure before or around the run (computing the window).
 """
 
 from __future__ import annotations
@@ -20,16 +22,10 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 from sqlmodel import select
 
-from connectors.base import (
-    ConfigurationError,
-    ConnectorConfig,
-    ConnectorError,
-    ConnectorStatus,
-    FatalSourceError,
-    close_connector,
-)
 from connectors.registry import Registry, default_registry
+from connectors.sdk import ConnectorConfig, ConnectorError, ConnectorStatus, close_connector
 from service.db import session_scope
+from service.failures import Failure, NextStep, classify, log_traceback_once
 from service.logging import get_logger
 from service.models import ConnectorState
 from service.telemetry import Telemetry, utc_now
@@ -40,6 +36,11 @@ log = get_logger(__name__)
 BACKOFF_CAP_S = 900.0
 RETRY_BASE_S = 10.0
 IngestFn = Callable[..., Any]
+_NEXT_STEP: dict[NextStep, str] = {
+    "stop": "stopped until the operator acts",
+    "retry": "will retry",
+    "wait": "next regular run",
+}
 
 
 def _default_ingest(*args: Any, **kwargs: Any) -> Any:
@@ -222,6 +223,8 @@ class Scheduler:
                 outcome = await self.run_once(config, connector)
                 if outcome == "stop":
                     return
+                # Only a source out of reach is retried early; bad data and bugs wait for the
+                # next regular run (a quick retry would read the same data or hit the same bug).
                 failures = failures + 1 if outcome == "retry" else 0
                 delay = (
                     backoff_s(failures, self.retry_base_s, self.backoff_cap_s)
@@ -233,7 +236,7 @@ class Scheduler:
         finally:
             close_connector(connector)
 
-    async def run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", "retry", "stop"]:
+    async def run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", NextStep]:
         """One ingest of ``config.name``'s catch-up window, and what the loop does next."""
         name, now = config.name, self.clock()
         try:
@@ -265,14 +268,12 @@ class Scheduler:
                     idle_threshold_pct=self.idle_threshold_pct,
                     after_ingest=self.after_ingest,
                 )
-        except (ConfigurationError, FatalSourceError) as exc:
-            self.stopped[name] = exc.status
-            await self._failed(name, exc, now, exc.status, "stopped until the operator acts")
-            return "stop"
-        except Exception as exc:  # noqa: BLE001  (retriable, or a bug/DB outage: retry, loudly)
-            status = exc.status if isinstance(exc, ConnectorError) else ConnectorStatus.FAILED_CONNECTION
-            await self._failed(name, exc, now, status, "will retry")
-            return "retry"
+        except Exception as exc:  # noqa: BLE001  (classified: every failure has its next step)
+            failure = classify(exc)
+            if failure.next_step == "stop":
+                self.stopped[name] = failure.status
+            await self._failed(name, exc, now, failure)
+            return failure.next_step
         status = str(getattr(result, "status", ConnectorStatus.OK))
         rows = getattr(result, "ledger_rows", None)
         if self.telemetry is not None:
@@ -284,22 +285,19 @@ class Scheduler:
         )
         return "ok"
 
-    async def _failed(
-        self, name: str, exc: Exception, now: dt.datetime, status: ConnectorStatus, next_step: str
-    ) -> None:
+    async def _failed(self, name: str, exc: Exception, now: dt.datetime, failure: Failure) -> None:
         log.error(
             "ingest failed",
             connector=name,
-            status=str(status),
-            next=next_step,
+            status=str(failure.status),
+            next=_NEXT_STEP[failure.next_step],
             error=str(exc),
-            exc_info=not isinstance(exc, ConnectorError),
         )
+        if failure.bug:
+            log_traceback_once(exc, f"connector {name}")
         if self.telemetry is not None:
-            self.telemetry.ingest_runs.labels(name, str(status)).inc()
+            self.telemetry.ingest_runs.labels(name, str(failure.status)).inc()
         try:
-            await asyncio.to_thread(
-                _record_failure, self.engine, name, status, f"{type(exc).__name__}: {exc}", now
-            )
+            await asyncio.to_thread(_record_failure, self.engine, name, failure.status, failure.message, now)
         except Exception:  # noqa: BLE001  (the database may be what failed)
             log.warning("could not record connector failure", connector=name, exc_info=True)

@@ -8,10 +8,20 @@ from typing import Annotated
 import strawberry
 from strawberry.types import Info
 
+from connectors.sdk import ConnectorStatus
 from service.analytics import devices as analytics
 from service.api.context import ApiContext
 from service.models import ConnectorState
 from service.models import Device as DeviceModel
+
+# Listed from the enum, so a new status is documented in the schema the day it is added.
+_STATUS_DESCRIPTION = (
+    f"One of {', '.join(ConnectorStatus)}. After a failed run: INVALID_CONFIGURATION — fix the "
+    "connector's config (not retried); FAILED_CONNECTION — the source is out of reach or refused "
+    "the credentials (retried with back-off unless refused); PARSE_ERROR — the source sent data "
+    "that could not be read (see lastError and the rejections); INTERNAL_ERROR — a bug, not the "
+    "source's fault (the service log has its traceback; the next regular run tries again)."
+)
 
 
 @strawberry.type(description="One GPU or one MIG instance.")
@@ -82,9 +92,7 @@ class DeviceFilter:
 class Connector:
     name: str = strawberry.field(description="Configured connector name.")
     type: str = strawberry.field(description="Connector type (entry-point name).")
-    status: str = strawberry.field(
-        description="OK, MISSING_DATA, FAILED_CONNECTION, … (what the operator does next)."
-    )
+    status: str = strawberry.field(description=_STATUS_DESCRIPTION)
     watermark: dt.datetime | None = strawberry.field(description="Ingested up to here (UTC).")
     last_run_at: dt.datetime | None = strawberry.field(description="Last run started (UTC).")
     last_success_at: dt.datetime | None = strawberry.field(description="Last successful run (UTC).")

@@ -40,9 +40,10 @@ may not be all of it (a CUR part or a chunk missing), and replacing a period wit
 would lose lines — so its old lines, ``billing_file`` rows and the run's rejections for it stay as
 they were, and its files are not in the run's counts. The units completed before are stored.
 
-The run is recorded like a metrics window (``service.runs``): status ``OK``; ``MISSING_DATA``
-when the source had no file for the window; ``PARSE_ERROR`` when a file failed; a connector error's
-own status when reading failed. The watermark moves to the window's end only on ``OK``.
+The run is recorded like a metrics window (``service.run_recorder``): status ``OK``;
+``MISSING_DATA`` when the source had no file for the window; ``PARSE_ERROR`` when a file failed;
+when reading raised, the status ``service.failures.classify`` gives the error (a connector error's
+own, ``INTERNAL_ERROR`` for a bug). The watermark moves to the window's end only on ``OK``.
 
 Afterwards the ``after_import`` hook re-prices the ledger over the charge periods touched (by
 default ``service.billing.rates.reprice``, with the config's ``gpu_cost_share`` and catalog).
@@ -65,13 +66,13 @@ from decimal import Decimal
 import polars as pl
 from sqlalchemy import Connection, Engine
 
-from connectors.base import ConnectorError, ConnectorStatus
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
+from connectors.sdk import ConnectorStatus
 from service.billing import currency_mix, store
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
 from service.models import BillingLine
-from service.runs import begin_run, finish_run
+from service.run_recorder import RunRecorder
 
 log = logging.getLogger(__name__)
 
@@ -162,51 +163,35 @@ def ingest_billing(
         )
     catalog = catalog or bundled_catalog()
     hook = after_import if after_import is not None else reprice_hook(gpu_cost_share, catalog)
-    run_id = begin_run(engine, name, type(connector).__name__, start, end, clock())
-    importer = _Importer(engine, name, run_id, catalog, on_file, clock)
-    try:
-        for item in _items(connector.read(start, end)):  # type: ignore[attr-defined]
-            if isinstance(item, BillingFileError):
-                importer.failed(item)
-            else:
-                importer.add(item)
-        importer.commit()
-        if hook is not None and importer.periods:
-            hook(engine, merge_periods(importer.periods))
-    except ConnectorError as error:
-        importer.abort()
-        finish_run(engine, name, run_id, error.status, importer.totals(), clock(), error=str(error))
-        raise
-    except Exception as error:
-        importer.abort()
-        finish_run(
-            engine,
-            name,
-            run_id,
-            ConnectorStatus.PARSE_ERROR,
-            importer.totals(),
-            clock(),
-            error=f"{type(error).__name__}: {error}",
-        )
-        raise
-    finally:
-        importer.abort()  # a unit still open here did not end normally (nothing to do otherwise)
-    files = tuple(importer.files)
-    failed = [f for f in files if f.error]
-    unknown = tuple(sorted(importer.unknown))
-    if failed:
-        status = ConnectorStatus.PARSE_ERROR
-        error: str | None = f"{len(failed)} file(s) could not be read: " + "; ".join(
-            str(f.error) for f in failed
-        )
-    else:
-        status = ConnectorStatus.OK if files else ConnectorStatus.MISSING_DATA
-        error = None
-    now = clock()
-    # The window is in only when every file of it is: a failed or missing file leaves the
-    # watermark where it was, so the next run reads the window again.
-    watermark = min(end, max(start, now)) if status == ConnectorStatus.OK else None
-    finish_run(engine, name, run_id, status, importer.totals(), now, watermark=watermark, error=error)
+    with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
+        importer = _Importer(engine, name, run, catalog, on_file, clock)
+        try:
+            for item in _items(connector.read(start, end)):  # type: ignore[attr-defined]
+                if isinstance(item, BillingFileError):
+                    importer.failed(item)
+                else:
+                    importer.add(item)
+            importer.commit()
+            if hook is not None and importer.periods:
+                hook(engine, merge_periods(importer.periods))
+        finally:
+            importer.abort()  # a unit still open here did not end normally (nothing to do otherwise)
+        files = tuple(importer.files)
+        failed = [f for f in files if f.error]
+        unknown = tuple(sorted(importer.unknown))
+        if failed:
+            status = ConnectorStatus.PARSE_ERROR
+            error: str | None = f"{len(failed)} file(s) could not be read: " + "; ".join(
+                str(f.error) for f in failed
+            )
+        else:
+            status = ConnectorStatus.OK if files else ConnectorStatus.MISSING_DATA
+            error = None
+        # The window is in only when every file of it is: a failed or missing file leaves the
+        # watermark where it was, so the next run reads the window again.
+        now = clock()
+        watermark = min(end, max(start, now)) if status == ConnectorStatus.OK else None
+        run.finish(status, now=now, watermark=watermark, error=error)
     currencies: dict[str, int] = {}
     for f in files:
         for currency, n in f.currencies.items():
@@ -221,7 +206,7 @@ def ingest_billing(
         start=start,
         end=end,
         status=status,
-        run_id=run_id,
+        run_id=run.run_id,
         files=files,
         read=sum(f.read for f in files),
         accepted=sum(f.accepted for f in files),
@@ -274,12 +259,12 @@ class _Importer:
         self,
         engine: Engine,
         source: str,
-        run_id: int,
+        run: RunRecorder,
         catalog: InstanceCatalog,
         on_file: Callable[[FileSummary], None] | None,
         clock: Callable[[], dt.datetime],
     ) -> None:
-        self.engine, self.source, self.run_id, self.catalog = engine, source, run_id, catalog
+        self.engine, self.source, self.run, self.catalog = engine, source, run, catalog
         self.on_file, self.clock = on_file, clock
         self.files: list[FileSummary] = []
         self.unit: _Unit | None = None
@@ -288,16 +273,8 @@ class _Importer:
         self.periods: list[Period] = []
         self.unknown: set[str] = set()
         self.replaced = 0
-        self.written = 0
         limit = MONEY_LIMITS.get(engine.dialect.name, MONEY_LIMITS["postgresql"])
         self.limit = min(limit, Decimal("1e15") - Decimal("1e-9"))
-
-    def totals(self) -> dict[str, int]:
-        # connector_run keeps read == accepted + rejected: rows skipped by a documented rule are
-        # counted per file (billing_file.rows_skipped), not here.
-        accepted = sum(f.accepted for f in self.files)
-        refused = sum(f.refused for f in self.files)
-        return {"read": accepted + refused, "accepted": accepted, "rejected": refused, "rows": self.written}
 
     # --- batches ---------------------------------------------------------------------------------
 
@@ -338,7 +315,7 @@ class _Importer:
         summary.accepted += lines.height
         currency_mix.count(lines, summary.currencies)
         unit.written += store.insert_lines(unit.conn, self.source, lines)
-        store.insert_rejections(unit.conn, self.run_id, self.source, [*batch.refused, *refused])
+        store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
         if lines.height:
             start, end = lines["charge_start"].min(), lines["charge_end"].max()
             unit.first_start = start if unit.first_start is None else min(unit.first_start, start)  # type: ignore[type-var]
@@ -443,7 +420,7 @@ class _Importer:
         summary = FileSummary(error.row.file, error=str(error))
         with self.engine.begin() as conn:
             store.replace_file_rows(conn, self.source, [_file_row(summary, self.clock())])
-            store.insert_rejections(conn, self.run_id, self.source, [error.row])
+            store.insert_rejections(conn, self.run.run_id, self.source, [error.row])
         self.files.append(summary)
         if self.on_file is not None:
             self.on_file(summary)
@@ -465,7 +442,13 @@ class _Importer:
         finally:
             _close(unit)  # rolls back what was not committed
         self.done.add(unit.key)
-        self.written += unit.written
+        # connector_run keeps read == accepted + rejected: rows skipped by a documented rule are
+        # counted per file (billing_file.rows_skipped), not in the run.
+        self.run.counts.add(
+            accepted=sum(f.accepted for f in unit.files.values()),
+            rejected=sum(f.refused for f in unit.files.values()),
+            ledger_rows=unit.written,
+        )
         if unit.period is not None:
             self.periods.append(unit.period)
         if unit.first_start is not None and unit.last_end is not None:

@@ -16,7 +16,7 @@ import polars as pl
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from connectors.base import ConnectorError, ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
+from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
 from service.ledger import store
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
@@ -24,8 +24,7 @@ from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
 from service.models import Rejection
 from service.pricing.apply import PriceBook, price_rows
 from service.pricing.tco import SiteConfig
-from service.runs import begin_run as _begin
-from service.runs import finish_run as _finish
+from service.run_recorder import RunRecorder
 from service.runs import last_watermark as last_watermark
 from service.timeutil import HOUR_MS, ceil_hour, floor_hour, from_ms, to_ms
 
@@ -71,10 +70,8 @@ def ingest_window(
         raise ValueError(
             f"ingest window is empty: end {end.isoformat()} is not after start {start.isoformat()}"
         )
-    run_id = _begin(engine, name, type(connector).__name__, start, end, clock())
-    totals = {"read": 0, "accepted": 0, "rejected": 0, "rows": 0}
     devices_seen: set[str] = set()
-    try:
+    with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
         with Session(engine) as session:
             book = PriceBook.load(session, sites, start=start, end=end)
         chunk_start = start
@@ -88,51 +85,36 @@ def ingest_window(
                 presence_gap_ms=round(connector.sampling.presence_gap_s * 1000),
                 idle_threshold_pct=idle_threshold_pct,
             )
-            counts, ids = _ingest_chunk(engine, name, connector, window, book, run_id)
-            for key in totals:
-                totals[key] += counts[key]
-            devices_seen |= ids
+            devices_seen |= _ingest_chunk(engine, name, connector, window, book, run)
             if on_chunk is not None:
                 on_chunk(chunk_start, chunk_end)
             chunk_start = chunk_end
-        if after_ingest is not None and totals["accepted"]:
+        if after_ingest is not None and run.counts.accepted:
             after_ingest(engine, start, end)
-    except ConnectorError as error:
-        _finish(engine, name, run_id, error.status, totals, clock(), error=str(error))
-        raise
-    except Exception as error:
-        _finish(
-            engine,
-            name,
-            run_id,
-            ConnectorStatus.PARSE_ERROR,
-            totals,
-            clock(),
-            error=f"{type(error).__name__}: {error}",
-        )
-        raise
-    status = ConnectorStatus.OK if totals["accepted"] else ConnectorStatus.MISSING_DATA
-    # A window reaching into the current hour is complete only up to now; the scheduler re-reads
-    # from the watermark, so the rest of the hour is filled in by the next run.
-    now = clock()
-    _finish(engine, name, run_id, status, totals, now, watermark=min(end, max(start, now)))
+        status = ConnectorStatus.OK if run.counts.accepted else ConnectorStatus.MISSING_DATA
+        # A window reaching into the current hour is complete only up to now; the scheduler
+        # re-reads from the watermark, so the rest of the hour is filled in by the next run.
+        now = clock()
+        run.finish(status, now=now, watermark=min(end, max(start, now)))
     return IngestResult(
         connector=name,
         start=start,
         end=end,
         status=status,
-        samples_read=totals["read"],
-        samples_accepted=totals["accepted"],
-        samples_rejected=totals["rejected"],
-        ledger_rows=totals["rows"],
+        samples_read=run.counts.read,
+        samples_accepted=run.counts.accepted,
+        samples_rejected=run.counts.rejected,
+        ledger_rows=run.counts.ledger_rows,
         devices=len(devices_seen),
-        run_id=run_id,
+        run_id=run.run_id,
     )
 
 
 def _ingest_chunk(
-    engine: Engine, name: str, connector: MetricsConnector, window: Window, book: PriceBook, run_id: int
-) -> tuple[dict[str, int], set[str]]:
+    engine: Engine, name: str, connector: MetricsConnector, window: Window, book: PriceBook, run: RunRecorder
+) -> set[str]:
+    """Ingest one day of the window in one transaction; its counts go to ``run``, the ids of the
+    devices seen in it are returned."""
     frames: list[pl.DataFrame] = []
     devices: dict[str, DeviceInfo] = {}
     workloads: dict[str, WorkloadInfo] = {}
@@ -163,15 +145,10 @@ def _ingest_chunk(
         if checked.rejections:
             conn.execute(
                 Rejection.__table__.insert(),
-                [{"run_id": run_id, "connector": name, **r} for r in checked.rejections],
+                [{"run_id": run.run_id, "connector": name, **r} for r in checked.rejections],
             )
-    counts = {
-        "read": checked.read,
-        "accepted": checked.accepted.height,
-        "rejected": checked.rejected,
-        "rows": written,
-    }
-    return counts, ids
+    run.counts.add(accepted=checked.accepted.height, rejected=checked.rejected, ledger_rows=written)
+    return ids
 
 
 def _with_dimensions(
