@@ -127,6 +127,7 @@ what to do, what still fails after retries a ``RetriableError``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -392,7 +393,7 @@ class AwsCurConnector:
             if isinstance(item, BillingFileError)
             else ExportFile(
                 store.label(item.key),
-                lambda key=item.key: store.open(key),
+                functools.partial(store.open, item.key),
                 None
                 if item.period_start is None or item.period_end is None
                 else (item.period_start, item.period_end),

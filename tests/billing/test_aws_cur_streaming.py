@@ -129,17 +129,6 @@ def test_refusals_in_later_chunks_name_the_files_line(tmp_path: Path, compress: 
     assert lines_of(whole).equals(lines_of(items))
 
 
-def test_a_gzip_truncated_mid_stream_is_refused_before_any_batch(tmp_path: Path) -> None:
-    packed = gzip.compress(CUR2.read_bytes())
-    path = tmp_path / "cur-00001.csv.gz"
-    path.write_bytes(packed[: len(packed) * 2 // 3])
-    items = read(path, chunk_rows=7, block_bytes=64)
-    # Its first chunks are readable, but a file is imported whole or not at all.
-    assert len(items) == 1 and isinstance(items[0], BillingFileError)
-    assert items[0].row.file == str(path)
-    assert "truncated or corrupt gzip stream" in str(items[0])
-
-
 def test_a_zip_member_failing_its_crc_is_refused_before_any_batch(tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:

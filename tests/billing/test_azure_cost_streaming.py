@@ -121,19 +121,6 @@ def test_refusals_in_later_chunks_name_the_files_line(tmp_path: Path, compress: 
     assert lines_of(whole).equals(lines_of(small))
 
 
-def test_a_gzip_truncated_mid_stream_is_refused_before_any_batch(tmp_path: Path) -> None:
-    packed = gzip.compress(EA.read_bytes())
-    path = tmp_path / "cost.csv.gz"
-    path.write_bytes(packed[: len(packed) * 2 // 3])
-    config = AzureCostConfig(name="bills", path=str(tmp_path), chunk_rows=7)
-    batches = AzureCostConnector(config, block_bytes=64).read(SEP, OCT)
-    # Its first chunks are readable, but a file is imported whole or not at all.
-    with pytest.raises(BillingFileError, match=r"cost\.csv\.gz: truncated or corrupt gzip stream"):
-        next(batches)
-    with pytest.raises(StopIteration):
-        next(batches)
-
-
 def test_the_dataset_is_decided_by_the_first_chunk_holding_a_commitment_row(tmp_path: Path) -> None:
     # No "amortized" in the name: detected. The 41 on-demand rows first, priced reservation usage
     # (amortized only) after them: the first chunks price the same under both datasets.

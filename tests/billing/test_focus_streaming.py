@@ -162,17 +162,6 @@ def test_refusals_and_duplicates_in_later_chunks_name_the_files_line(tmp_path: P
     assert lines_of(whole).equals(lines_of(got))
 
 
-def test_a_gzip_truncated_mid_stream_is_refused_before_any_batch(tmp_path: Path) -> None:
-    packed = gzip.compress(FIXTURE.read_bytes())
-    path = tmp_path / "focus.csv.gz"
-    path.write_bytes(packed[: len(packed) * 2 // 3])
-    items = read(path, chunk_rows=7, block_bytes=64)
-    # Its first chunks are readable, but a file is imported whole or not at all.
-    assert len(items) == 1 and isinstance(items[0], BillingFileError)
-    assert items[0].row.file == str(path)
-    assert "truncated or corrupt gzip stream" in str(items[0])
-
-
 def test_a_file_of_two_billing_periods_carries_their_span_on_every_batch(tmp_path: Path) -> None:
     frame = pl.read_csv(FIXTURE, infer_schema=False)
     october = frame.tail(20).with_columns(
