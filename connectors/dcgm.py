@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -86,7 +87,7 @@ class Series:
 class Stamp:
     """What the source's configuration adds to every device."""
 
-    environment: str = "onprem"
+    environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"
     region: str | None = None
     cluster: str | None = None
     node: str | None = None  # overrides node_labels (the node agent knows where it runs)
@@ -133,22 +134,23 @@ def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
     model = _label(labels, "modelName")
     gi = labels.get("GPU_I_ID") or None
     profile = labels.get("GPU_I_PROFILE") or None
-    common = {
-        "environment": stamp.environment,
-        "region": stamp.region,
-        "cluster": stamp.cluster or _label(labels, "cluster"),
-        "node": stamp.node or _label(labels, *stamp.node_labels),
-        "gpu_model": model,
-        "gpu_index": int(gpu) if gpu.isdigit() else None,
-    }
+    physical = DeviceInfo(
+        device_id=uuid,
+        environment=stamp.environment,
+        region=stamp.region,
+        cluster=stamp.cluster or _label(labels, "cluster"),
+        node=stamp.node or _label(labels, *stamp.node_labels),
+        gpu_model=model,
+        gpu_index=int(gpu) if gpu.isdigit() else None,
+    )
     if gi is None:
-        return DeviceInfo(device_id=uuid, **common)  # type: ignore[arg-type]
-    return DeviceInfo(
+        return physical
+    return replace(
+        physical,
         device_id=_label(labels, *_MIG_UUID_LABELS) or f"MIG-{uuid}-{gi}",
         parent_device_id=uuid,
         mig_profile=profile,
         gpu_fraction=mig_fraction(profile, model),
-        **common,  # type: ignore[arg-type]
     )
 
 

@@ -67,12 +67,11 @@ def configure_logging(
             renderer,
         ],
     )
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _LedgerHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
-    for old in [h for h in root.handlers if getattr(h, "_gpu_ledger", False)]:
+    for old in [h for h in root.handlers if isinstance(h, _LedgerHandler)]:
         root.removeHandler(old)
-    handler._gpu_ledger = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
     # Alembic ≥ 1.16 logs every plugin it sets up at INFO on each migrate: noise, not news.
@@ -83,6 +82,10 @@ def configure_logging(
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
+
+
+class _LedgerHandler(logging.StreamHandler):
+    """The root handler configure_logging installs: found and replaced when it runs again."""
 
 
 def _identity(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
+from weakref import WeakKeyDictionary
 
 import polars as pl
 from prometheus_client import Counter
@@ -69,11 +70,14 @@ class PushMetrics:
 
     @classmethod
     def of(cls, telemetry: Telemetry) -> PushMetrics:
-        existing = getattr(telemetry, "_push_metrics", None)
+        """The push metrics of ``telemetry``'s registry, created once (a registry refuses a name twice)."""
+        existing = _PUSH_METRICS.get(telemetry)
         if existing is None:
-            existing = cls(telemetry)
-            telemetry._push_metrics = existing  # type: ignore[attr-defined]
+            existing = _PUSH_METRICS[telemetry] = cls(telemetry)
         return existing
+
+
+_PUSH_METRICS: WeakKeyDictionary[Telemetry, PushMetrics] = WeakKeyDictionary()
 
 
 def _error(status: int, message: str, field: str | None = None, code: str | None = None) -> JSONResponse:

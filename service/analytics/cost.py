@@ -155,16 +155,18 @@ def _convert(parts: list[_Part], fx: FxTable) -> list[_Part]:
     return out
 
 
-def _fold(parts: Iterable[_Part], key_of: Callable[[_Part], GroupKey], **reset: object) -> list[_Part]:
+def _fold(
+    parts: Iterable[_Part], key_of: Callable[[_Part], GroupKey], *, drop_day: bool = False
+) -> list[_Part]:
     """Parts with the same (``key_of(part)``, currency, unallocated) added into one, in order of
-    first appearance; ``reset`` sets fields of each folded part (e.g. ``day=None``)."""
+    first appearance; ``drop_day``: the folded parts' day is None (days were folded together)."""
     folded: dict[tuple[object, ...], _Part] = {}
     for p in parts:
         key = key_of(p)
         k = (key, p.currency, p.unallocated)
         m = folded.get(k)
         if m is None:
-            folded[k] = replace(p, key=key, **reset)  # type: ignore[arg-type]
+            folded[k] = replace(p, key=key, day=None if drop_day else p.day)
             continue
         m.cost += p.cost
         m.idle_cost += p.idle_cost
@@ -182,7 +184,7 @@ def _merge(parts: Iterable[_Part]) -> list[_Part]:
         dims = tuple((d, None if p.unallocated and d.is_workload else v) for d, v in p.key.dims)
         return GroupKey(p.key.period_start, dims)
 
-    return _fold(parts, key_of, day=None)
+    return _fold(parts, key_of, drop_day=True)
 
 
 def _share_pools(parts: list[_Part], policy: IdlePolicy) -> list[_Part]:

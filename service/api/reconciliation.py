@@ -143,6 +143,11 @@ class BillingLineEdge:
     cursor: str = strawberry.field(description="Opaque cursor of this line.")
     node: BillingLine = strawberry.field(description="The line.")
 
+    @classmethod
+    def of(cls, line: BillingLineModel) -> BillingLineEdge:
+        assert line.id is not None, "lines read from the database have their id"
+        return cls(cursor=billing_q.encode_line_cursor(line.id), node=BillingLine.of(line))
+
 
 @strawberry.type(description="A page of billing lines ordered by charge start, then import order.")
 class BillingLineConnection:
@@ -274,10 +279,7 @@ class ReconciliationQuery:
                 conn, w, filters, access=access, first=first, after=after, page_size_max=size_max
             )
         )
-        edges = [
-            BillingLineEdge(cursor=billing_q.encode_line_cursor(b.id), node=BillingLine.of(b))  # type: ignore[arg-type]
-            for b in page.lines
-        ]
+        edges = [BillingLineEdge.of(b) for b in page.lines]
         return BillingLineConnection(
             edges=edges,
             page_info=PageInfo(

@@ -16,7 +16,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -79,6 +79,10 @@ def looks_like_token(credential: str) -> bool:
     return credential.startswith(PREFIX)
 
 
+@overload
+def _aware(value: dt.datetime) -> dt.datetime: ...
+@overload
+def _aware(value: dt.datetime | None) -> dt.datetime | None: ...
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
     # SQLite hands back naive datetimes for UTC-stored values.
     return value.replace(tzinfo=dt.UTC) if value is not None and value.tzinfo is None else value
@@ -88,7 +92,7 @@ def _info(row: Any) -> TokenInfo:
     return TokenInfo(
         name=row.name,
         scopes=tuple(row.scopes.split()),
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
+        created_at=_aware(row.created_at),
         expires_at=_aware(row.expires_at),
         revoked_at=_aware(row.revoked_at),
         last_used_at=_aware(row.last_used_at),

@@ -77,6 +77,8 @@ ALL_KEYS = (Key.PROVIDER, Key.ACCOUNT, Key.RESOURCE, Key.DAY)
 _GPU, _UNKNOWN, _COMMITMENT, _ADJUSTMENT = "gpu", "unknown", "commitment", "adjustment"
 #: Charges of an account rather than a resource (DESIGN §4: reported, never spread over GPUs).
 ADJUSTMENT_CATEGORIES = ("Credit", "Tax", "Adjustment")
+#: (provider, account, resource, day) of a reconciliation group; None where not grouped by.
+_GroupKey = tuple[str | None, str | None, str | None, dt.date | None]
 
 
 @dataclass
@@ -282,10 +284,11 @@ def reconcile(
     if not tol.is_finite() or tol < 0:
         raise InvalidArgument(f"tolerancePct must be a non-negative number, got {tolerance_pct}")
     filters = filters or {}
-    keep = [k in group_by for k in ALL_KEYS]
+    keep_p, keep_a, keep_r, keep_d = (k in group_by for k in ALL_KEYS)
 
-    def grouped(key: tuple[object, ...]) -> tuple[object, ...]:
-        return tuple(v if k else None for v, k in zip(key, keep, strict=True))
+    def grouped(key: _GroupKey) -> _GroupKey:
+        p, a, r, d = key
+        return (p if keep_p else None, a if keep_a else None, r if keep_r else None, d if keep_d else None)
 
     billing = _billing(conn, window, filters, gpu_cost_share)
     gpu_base = {b["key"] for b in billing if b["kind"] == _GPU}
@@ -293,11 +296,11 @@ def reconcile(
     rows: dict[tuple[object, ...], ReconRow] = {}
     has_billing: dict[tuple[object, ...], bool] = {}
 
-    def row(key: tuple[object, ...], kind: str, currency: str) -> ReconRow:
+    def row(key: _GroupKey, kind: str, currency: str) -> ReconRow:
         full = (*grouped(key), kind, currency)
         if full not in rows:
             p, a, r, d = grouped(key)
-            rows[full] = ReconRow(p, a, r, d, currency, _kind=kind)  # type: ignore[arg-type]
+            rows[full] = ReconRow(p, a, r, d, currency, _kind=kind)
             has_billing[full] = False
         return rows[full]
 

@@ -175,7 +175,9 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
             conn.exec_driver_sql(sql, rows.rows())
     elif dialect == "postgresql":
         data = frame.write_csv(include_header=False, datetime_format=_PG_TIME)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        driver = conn.connection.driver_connection
+        assert driver is not None, "a connection in use has its driver connection"
+        cursor = driver.cursor()
         try:
             with cursor.copy(f"COPY billing_line ({names}) FROM STDIN (FORMAT csv)") as copy:
                 for i in range(0, len(data), _COPY_BLOCK):

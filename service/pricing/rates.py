@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlmodel import Session, delete
+from sqlmodel import Session, col, delete
 
 from service.models import GpuRate
 from service.money import quantize, to_nanos
@@ -113,7 +113,7 @@ def sync_rate_cards(session: Session, cards: Sequence[RateCardConfig]) -> int:
     Raises :class:`PricingConfigError` when two cards of one scope overlap in time.
     """
     _check_no_overlap(cards)
-    session.exec(delete(GpuRate).where(GpuRate.source_kind == RATE_CARD_KIND))  # type: ignore[arg-type]
+    session.exec(delete(GpuRate).where(col(GpuRate.source_kind) == RATE_CARD_KIND))
     session.add_all([card.to_gpu_rate() for card in cards])
     session.flush()
     return len(cards)
