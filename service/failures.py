@@ -35,6 +35,7 @@ import sqlalchemy.exc
 from connectors.sdk import BillingFileError, ConnectorError, ConnectorStatus, FatalSourceError
 
 log = logging.getLogger(__name__)
+_LOGGED = "_gpu_ledger_traceback_logged"
 
 #: What the scheduler does after the failure: ``stop`` the connector until the operator acts,
 #: ``retry`` with exponential back-off, or ``wait`` for its next regular interval.
@@ -99,7 +100,7 @@ def one_line(error: BaseException) -> str:
 def log_traceback_once(error: BaseException, where: str) -> None:
     """Log a bug's traceback (``where``: which run), once per exception: the run recorder logs
     it where it happened, and the runner that catches it next (scheduler, CLI) does not repeat it."""
-    if getattr(error, "_gpu_ledger_traceback_logged", False):
+    if error.__dict__.get(_LOGGED):
         return
     log.error("%s failed with a bug (INTERNAL_ERROR): %s", where, one_line(error), exc_info=error)
-    error._gpu_ledger_traceback_logged = True  # type: ignore[attr-defined]  (every exception has a __dict__)
+    error.__dict__[_LOGGED] = True  # marks this exception object, not its type

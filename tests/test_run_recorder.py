@@ -126,7 +126,7 @@ def test_each_ingestor_records_a_failure_with_its_one_status(
 @pytest.mark.parametrize("source", ["metrics", "billing"])
 @pytest.mark.parametrize("kind", list(EXPECTED))
 def test_the_scheduler_takes_the_same_status_and_retries_only_a_source_out_of_reach(
-    engine: Engine, source: str, kind: str
+    engine: Engine, source: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     status, next_step, message = EXPECTED[kind]
     connector = _source(source, kind)
@@ -139,6 +139,8 @@ def test_the_scheduler_takes_the_same_status_and_retries_only_a_source_out_of_re
     assert (state.status, state.last_error) == (status, message)
     assert (run.status, run.error) == (status, message)
     assert run.read == run.accepted + run.rejected == COUNTS[source][0]
+    # A bug's traceback is logged once (by the run recorder), not again by the scheduler.
+    assert [r.exc_info[0] for r in _tracebacks(caplog) if r.exc_info] == ([KeyError] if kind == "bug" else [])
 
 
 @pytest.mark.parametrize("source", ["metrics", "billing"])
