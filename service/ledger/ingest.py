@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
+from connectors.sdk.shapes import DEVICE, WORKLOAD
 from service.ledger import store
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
@@ -156,12 +157,12 @@ def _with_dimensions(
 ) -> pl.DataFrame:
     """Ledger rows get their device and workload dimensions and their hour, day and month."""
     device_frame = pl.DataFrame(
-        [{f: getattr(d, f) for f in DeviceInfo.__slots__} for d in devices.values()],  # type: ignore[attr-defined]
+        [{f: getattr(d, f) for f in _DEVICE_SCHEMA} for d in devices.values()],
         schema=_DEVICE_SCHEMA,
         orient="row",
     ).drop("gpu_index", "parent_device_id")
     workload_frame = pl.DataFrame(
-        [{f: getattr(w, f) for f in WorkloadInfo.__slots__} for w in workloads.values()],  # type: ignore[attr-defined]
+        [{f: getattr(w, f) for f in _WORKLOAD_SCHEMA} for w in workloads.values()],
         schema=_WORKLOAD_SCHEMA,
         orient="row",
     )
@@ -180,28 +181,7 @@ def _with_dimensions(
     )
 
 
-_DEVICE_SCHEMA = {
-    "device_id": pl.String,
-    "environment": pl.String,
-    "provider": pl.String,
-    "account": pl.String,
-    "region": pl.String,
-    "cluster": pl.String,
-    "node": pl.String,
-    "instance_id": pl.String,
-    "instance_type": pl.String,
-    "gpu_model": pl.String,
-    "gpu_index": pl.Int64,
-    "parent_device_id": pl.String,
-    "mig_profile": pl.String,
-    "gpu_fraction": pl.Float64,
-    "tdp_w": pl.Float64,
-}
-_WORKLOAD_SCHEMA = {
-    "workload_key": pl.String,
-    "project": pl.String,
-    "team": pl.String,
-    "user_name": pl.String,
-    "namespace": pl.String,
-    "workload": pl.String,
-}
+_POLARS_TYPES = {str: pl.String, int: pl.Int64, float: pl.Float64}
+# Column → dtype of the declared attributes (connectors.sdk.shapes), in DeviceInfo/WorkloadInfo order.
+_DEVICE_SCHEMA = {a.name: _POLARS_TYPES[a.kind] for a in DEVICE}
+_WORKLOAD_SCHEMA = {a.name: _POLARS_TYPES[a.kind] for a in WORKLOAD}
