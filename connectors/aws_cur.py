@@ -562,6 +562,8 @@ class CurDialect:
     """CUR 2.0 and legacy CUR for the billing driver: the header layout (and its required
     columns), the billing period of a file its path does not name, the mapping of a chunk."""
 
+    csv_keys = False  # the key is built from the record's fields
+
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return _parquet_text(frame)
 

@@ -40,18 +40,19 @@ Mapping decisions:
 * ``Tags``: JSON without the outer braces in EA/MCA exports: wrapped in ``{}``; text that is no
   JSON object even then is kept as ``{"azure:unparsed_tags": "<text>"}``.
 * ``line_key``: the export has no line id: ``sha1:`` + SHA-1 of the raw line (see
-  :func:`connectors.billing_io.line_keys`); a line seen twice in a file is refused (also across
-  chunks).
+  :func:`connectors.billing_io.csv_chunks` with ``keys``); a line seen twice in a file is refused
+  (also across chunks, by the driver).
 * The batch's billing period is the file's ``BillingPeriodStartDate``..``BillingPeriodEndDate``
   (end date inclusive) when it names one, so a re-exported month replaces the old lines.
 
 Streaming (issue 5: bounded memory)
 -----------------------------------
 
-A file is never held whole. A gzip file (told by its magic bytes, whatever its name) is first
-decompressed once to its end and dropped, so a truncated or corrupt one is refused before its
-first batch, never half imported; then the (decompressed) CSV is read in blocks of
-``block_bytes`` and cut at record ends into chunks of about ``chunk_rows`` records
+A file is never held whole; the billing driver (:mod:`connectors.billing_driver`) reads it, this
+module being its Azure dialect and its Blob plan. A gzip file or a ZIP of one export (told by
+magic bytes, whatever the name) is first decompressed to a temporary file, to its end, so a
+truncated or corrupt one is refused before its first batch, never half imported; then the CSV is
+read in blocks of ``block_bytes`` and cut at record ends into chunks of about ``chunk_rows`` records
 (:func:`connectors.billing_io.csv_chunks`: every check of a whole-file read applies per chunk,
 line numbers are the file's). One :class:`BillingBatch` per chunk; ``read``/``refused`` count
 that chunk. A blob is first copied to a temporary file by the Storage SDK's chunked download
@@ -129,7 +130,9 @@ missing container → :class:`ConfigurationError`; 5xx and timeouts (Storage thr
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import functools
 import json
 import re
 import tempfile
@@ -143,21 +146,20 @@ import polars as pl
 from pydantic import Field, SecretStr, model_validator
 
 from connectors.azure_auth import build_credential, call_azure
+from connectors.billing_driver import ExportFile, OpenedFile, Period, RaisingFileErrors, SkipFile, read_files
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
     check_explicit,
-    csv_chunks,
     export_files,
     file_kind,
     in_window,
     json_text,
-    open_stream,
-    refuse_duplicates,
     rename_variants,
     require_columns,
 )
+from connectors.billing_stores import local_file
 from connectors.cloud import auth_error
 from connectors.sdk import (
     BILLING_CURRENCIES,
@@ -349,10 +351,22 @@ class AzureCostConnector:
         :class:`~connectors.billing.BillingFileError` from ``next()`` and the iterator goes on with
         the next file; Blob: it is yielded."""
         if self.config.blob_container_url is None:
-            return _FileBatches(
-                [lambda path=path: self._read_local(path, start, end) for path in self.files()]
-            )
+            explicit = Path(str(self.config.path)).is_file()
+            files = [_local(path, explicit) for path in self.files()]
+            return RaisingFileErrors(self._driven(iter(files), {}, start, end))
         return self._read_blobs(start, end)
+
+    def _driven(
+        self,
+        files: Iterator[ExportFile | BillingFileError],
+        datasets: dict[str, Literal["amortized", "actual"]],
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> Iterator[BillingBatch | BillingFileError]:
+        dialect = AzureCostDialect(self.config.dataset, datasets, (start, end))
+        return read_files(
+            files, dialect, start, end, chunk_rows=self.config.chunk_rows, block_bytes=self.block_bytes
+        )
 
     def close(self) -> None:
         """Closes the Blob client and the credential it built (local files are closed as read)."""
@@ -362,91 +376,32 @@ class AzureCostConnector:
             owned.close()
         self._owned.clear()
 
-    # ---- one file, streamed
-
-    def _read_local(self, path: Path, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
-        """A local file's batches; a file given explicitly that is no CSV export (nor a .zip of one)
-        is refused."""
-        if Path(str(self.config.path)).is_file():
-            check_explicit(path, _SUFFIXES, "Azure cost")
-        return self._read_path(path, str(path), _Planned(str(path)), start, end)
-
-    def _read_path(
-        self, path: Path, label: str, item: _Planned, start: dt.datetime, end: dt.datetime
-    ) -> Iterator[BillingBatch]:
-        """The batches of one file (``path``: local, or a blob's temporary copy)."""
-        with open_stream(path, label) as (read, compressed):
-            if compressed:
-                # A truncated or corrupt gzip shows only at its end: checked whole first (and
-                # dropped), so a broken file fails before its first batch.
-                while read(BLOCK_BYTES):
-                    pass
-        with open_stream(path, label) as (read, _compressed):
-            yield from self._batches(read, label, item, start, end)
-
-    def _batches(
-        self,
-        read: Callable[[int], bytes],
-        file: str,
-        item: _Planned,
-        start: dt.datetime,
-        end: dt.datetime,
-    ) -> Iterator[BillingBatch]:
-        dataset = self.config.dataset or item.dataset or _dataset_of_name(file)
-        period: tuple[dt.datetime | None, dt.datetime | None] = (item.period_start, item.period_end)
-        from_content = item.period_start is None
-        seen = pl.DataFrame(schema={"_hash": pl.UInt64, "_first": pl.Int64})
-        first = True
-        for frame, refused in csv_chunks(
-            read, file, self.config.chunk_rows, block=self.block_bytes, keys=True
-        ):
-            frame = rename_variants(frame, VARIANTS)
-            require_columns(frame, file, REQUIRED)
-            frame = frame.with_columns(
-                pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
-            )
-            read_rows = frame.height + len(refused)
-            if dataset is None and _holds_commitment(frame):
-                dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
-            # usage dates are held to the file's period once known (folder, else the first chunk's)
-            good, bad, duplicates, seen = _checked(frame, file, seen, period)
-            if from_content:
-                if first:
-                    period = _period(good)
-                elif period[0] is not None:
-                    _same_period(good, file, period)
-            lines = _to_lines(good, file, dataset or "actual")  # no commitment row yet: both agree
-            if first:
-                first = False
-                if period[0] is not None and period[1] is not None:
-                    if not (period[0] < end and period[1] > start):
-                        return  # a file of another billing period
-                elif not in_window(BillingBatch(lines=lines, read=lines.height), start, end):
-                    return  # no billing period: its first chunk has no line in the window
-            yield BillingBatch(
-                lines=lines,
-                source_file=file,
-                refused=[*refused, *bad, *duplicates],
-                read=read_rows,
-                period_start=period[0],
-                period_end=period[1],
-                assembly_id=item.run,
-            )
-
     # ---- Azure Blob Storage
 
     def _read_blobs(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
-        for item in self._plan(start, end):
-            if isinstance(item, BillingFileError):
-                yield item
-                continue
-            try:
-                with tempfile.TemporaryDirectory(prefix="gpu-ledger-azure-cost-") as folder:
-                    path = Path(folder) / "export"
-                    self._download_to(item.name, path)
-                    yield from self._read_path(path, self._label(item.name), item, start, end)
-            except BillingFileError as error:
-                yield error
+        plan = self._plan(start, end)
+        datasets = {self._label(i.name): i.dataset for i in plan if isinstance(i, _Planned) and i.dataset}
+        files = (
+            item
+            if isinstance(item, BillingFileError)
+            else ExportFile(
+                self._label(item.name),
+                functools.partial(self._blob_copy, item.name),
+                None
+                if item.period_start is None or item.period_end is None
+                else (item.period_start, item.period_end),
+                item.run,
+            )
+            for item in plan
+        )
+        yield from self._driven(files, datasets, start, end)
+
+    @contextlib.contextmanager
+    def _blob_copy(self, name: str) -> Iterator[Path]:
+        with tempfile.TemporaryDirectory(prefix="gpu-ledger-azure-cost-") as folder:
+            path = Path(folder) / "export"
+            self._download_to(name, path)
+            yield path
 
     def _plan(self, start: dt.datetime, end: dt.datetime) -> list[_Planned | BillingFileError]:
         """The files to read, in order: the newest run of each period folder overlapping the window."""
@@ -677,12 +632,10 @@ def _dataset_of_rows(frame: pl.DataFrame) -> Literal["amortized", "actual"]:
 def _checked(
     frame: pl.DataFrame,
     file: str,
-    seen: pl.DataFrame,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
-) -> tuple[pl.DataFrame, list[RefusedRow], list[RefusedRow], pl.DataFrame]:
-    """(good rows with parsed columns, rows failing a check, repeated lines, the line-key hashes
-    seen in the file so far). A line equal to one of an earlier chunk is refused too: earlier
-    chunks are remembered as a 64-bit hash and a line number per line (16 bytes a line)."""
+) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """(good rows with parsed columns, rows failing a check); a repeated line is the driver's to
+    refuse."""
     checks = Checks(file)
     parsed = {
         "_cost": checks.decimal("CostInBillingCurrency"),
@@ -710,18 +663,7 @@ def _checked(
     else:
         bounds, what = row_period, "the row's billing period"
     checks.within("Date", day, "Date", day_end, bounds, what)
-    good, bad = checks.split(frame, parsed)
-    good, duplicates = refuse_duplicates(good, file)
-    good = good.with_columns(pl.col("line_key").hash(seed=0).alias("_hash"))
-    earlier = good.join(seen, on="_hash", how="inner")
-    if earlier.height:
-        duplicates += [
-            RefusedRow(file, line, None, f"duplicated line: the same as line {first_line}", key)
-            for line, first_line, key in earlier.select(LINE, "_first", "line_key").iter_rows()
-        ]
-        good = good.join(seen, on="_hash", how="anti")
-    seen = pl.concat([seen, good.select("_hash", pl.col(LINE).alias("_first"))])
-    return good.drop("_hash"), bad, duplicates, seen
+    return checks.split(frame, parsed)
 
 
 def _period(good: pl.DataFrame) -> tuple[dt.datetime | None, dt.datetime | None]:
@@ -755,30 +697,85 @@ def _same_period(
         )
 
 
-class _FileBatches:
-    """The batches of several files, lazily; a file's :class:`BillingFileError` is raised from
-    ``next()`` and the next call goes on with the next file (unlike a generator)."""
+def _local(path: Path, explicit: bool) -> ExportFile | BillingFileError:
+    """A local export file; one given explicitly that is no CSV export (nor a .zip of one) is refused."""
+    if explicit:
+        try:
+            check_explicit(path, _SUFFIXES, "Azure cost")
+        except BillingFileError as error:
+            return error
+    return local_file(path)
 
-    def __init__(self, files: list[Callable[[], Iterator[BillingBatch]]]) -> None:
-        self._files = files
-        self._current: Iterator[BillingBatch] | None = None
 
-    def __iter__(self) -> _FileBatches:
-        return self
+class AzureCostDialect:
+    """The Azure cost-details layout for the billing driver: header variants and required columns,
+    the billing period (the folder's, else the first chunk's), the dataset (config, manifest, file
+    name, else the first chunk holding a commitment row) and the mapping of a chunk."""
 
-    def __next__(self) -> BillingBatch:
-        while True:
-            if self._current is None:
-                if not self._files:
-                    raise StopIteration
-                self._current = self._files.pop(0)()
-            try:
-                return next(self._current)
-            except StopIteration:
-                self._current = None
-            except BillingFileError:
-                self._current = None
-                raise
+    csv_keys = True  # no line id: the key is the line as written
+
+    def __init__(
+        self,
+        dataset: Literal["amortized", "actual"] | None,
+        datasets: dict[str, Literal["amortized", "actual"]],
+        window: tuple[dt.datetime, dt.datetime],
+    ) -> None:
+        self.dataset, self.datasets, self.window = dataset, datasets, window
+
+    def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(pl.exclude(LINE).cast(pl.String))
+
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _AzureFile:
+        file = opened.label
+        if opened.parquet:
+            raise BillingFileError(
+                file, "not a CSV export file (azure_cost reads CSV or gzip CSV exports, not Parquet)"
+            )
+        first = rename_variants(first, VARIANTS)
+        require_columns(first, file, REQUIRED)
+        reader = _AzureFile(file, self.dataset or self.datasets.get(file) or _dataset_of_name(file), period)
+        if period is None:
+            # the first chunk names the file's period; without one, a line of it must be in the window
+            good, _bad = _checked(reader.prepared(first), file)
+            lo, hi = _period(good)
+            reader.period = None if lo is None or hi is None else (lo, hi)
+            if reader.period is None:
+                lines = _to_lines(good, file, "actual")
+                if not in_window(BillingBatch(lines=lines, read=lines.height), *self.window):
+                    raise SkipFile
+        return reader
+
+
+class _AzureFile:
+    def __init__(
+        self, file: str, dataset: Literal["amortized", "actual"] | None, period: Period | None
+    ) -> None:
+        self.file, self.dataset, self.period = file, dataset, period
+        self._from_content, self._first = period is None, True
+
+    def prepared(self, frame: pl.DataFrame) -> pl.DataFrame:
+        frame = rename_variants(frame, VARIANTS)
+        return frame.with_columns(
+            pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
+        )
+
+    def normalize(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        frame = self.prepared(frame)
+        if self.dataset is None and _holds_commitment(frame):
+            self.dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
+        # usage dates are held to the file's period once known (folder, else the first chunk's)
+        held = (None, None) if self.period is None or (self._from_content and self._first) else self.period
+        good, bad = _checked(frame, self.file, held)
+        if self._from_content and not self._first and self.period is not None:
+            _same_period(good, self.file, self.period)
+        self._first = False
+        return _to_lines(good, self.file, self.dataset or "actual"), bad  # no commitment row yet: both agree
+
+    def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
+        return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
+
+    def finish(self, read: int, accepted: int, refused: int) -> None:
+        """Nothing to log: the ingestor records the run's counts."""
 
 
 def _vm_size_from_meter() -> pl.Expr:

@@ -75,7 +75,9 @@ class OpenedFile:
                 yield self._dialect.parquet_text(frame), []
             return
         with _opened(self.local, self.label) as stream:
-            yield from csv_chunks(stream.read, self.label, rows, block=self._block)
+            yield from csv_chunks(
+                stream.read, self.label, rows, block=self._block, keys=self._dialect.csv_keys
+            )
 
     def blocks(self, wanted: list[str]) -> Iterator[pl.DataFrame]:
         """The ``wanted`` columns (those the file has, in file order) as text, one large block at a
@@ -122,6 +124,10 @@ class FileDialect(Protocol):
 class Dialect(Protocol):
     """A provider's export layout (see docs/billing.md, "Writing a billing dialect")."""
 
+    #: CSV chunks get a ``line_key`` column: ``sha1:`` of each record's raw bytes (for an export
+    #: without a line id whose key is the line as written).
+    csv_keys: bool
+
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         """A Parquet frame's typed columns as the text a CSV export of the same data holds."""
         ...
@@ -131,6 +137,11 @@ class Dialect(Protocol):
         naming it), take the billing period (``period``: the path's or manifest's; else from
         ``first`` or a first pass, ``opened.blocks``) and any facts needed before the first batch."""
         ...
+
+
+class SkipFile(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by :meth:`Dialect.begin` when the file has nothing for the window (known only from
+    its first chunk): it is not read further, and nothing is reported."""
 
 
 class Duplicates:
@@ -204,7 +215,10 @@ def read_file(
         stack.callback(chunks.close)
         first = next(chunks)  # csv_chunks and parquet_chunks yield at least one frame
         opened.columns = [c for c in first[0].columns if c != LINE]
-        reader = dialect.begin(opened, first[0], file.period)
+        try:
+            reader = dialect.begin(opened, first[0], file.period)
+        except SkipFile:
+            return
         period = reader.period
         if period is not None and start is not None and end is not None and not overlaps(period, start, end):
             return  # a file of other billing periods
@@ -265,3 +279,22 @@ def _opened(path: Path, label: str) -> Iterator[IO[bytes]]:
 def _prepend(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
     yield first
     yield from rest
+
+
+class RaisingFileErrors:
+    """The driver's items, with each ``BillingFileError`` raised from ``next()`` instead of
+    returned; the next call goes on with the next file (the driver's generator is suspended, not
+    ended). Kept for the connectors whose ``read`` has always raised file errors: the ingestor
+    takes both forms."""
+
+    def __init__(self, items: Iterator[BillingBatch | BillingFileError]) -> None:
+        self._items = items
+
+    def __iter__(self) -> RaisingFileErrors:
+        return self
+
+    def __next__(self) -> BillingBatch:
+        item = next(self._items)
+        if isinstance(item, BillingFileError):
+            raise item
+        return item

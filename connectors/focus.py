@@ -264,6 +264,8 @@ class FocusDialect:
     """The FOCUS layout for the billing driver: the version by its columns, its mandatory columns,
     the billing period and GPU resources from a first pass, the mapping of a chunk."""
 
+    csv_keys = False  # the key is built from the record's fields
+
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return _as_text(frame)
 
