@@ -127,7 +127,6 @@ what to do, what still fails after retries a ``RetriableError``.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import re
 from collections.abc import Iterator
@@ -138,7 +137,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.billing_driver import ExportFile, OpenedFile, Period, read_files
+from connectors.billing_driver import OpenedFile, Period, planned_files, read_files
 from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
 from connectors.billing_stores import LocalTree, S3Prefix
 from connectors.cloud import auth_error, permission_error
@@ -388,18 +387,8 @@ class AwsCurConnector:
                 _boto_errors,
                 lambda exc, what: _mapped(exc, what, self.config),
             )
-        files = (
-            item
-            if isinstance(item, BillingFileError)
-            else ExportFile(
-                store.label(item.key),
-                functools.partial(store.open, item.key),
-                None
-                if item.period_start is None or item.period_end is None
-                else (item.period_start, item.period_end),
-                item.assembly_id,
-            )
-            for item in self._plan(store, start, end)
+        files = planned_files(
+            self._plan(store, start, end), lambda f: store.label(f.key), lambda f: store.open(f.key)
         )
         yield from read_files(
             files, CurDialect(), start, end, chunk_rows=self.config.chunk_rows, block_bytes=self.block_bytes

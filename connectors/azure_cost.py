@@ -132,7 +132,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import json
 import re
 import tempfile
@@ -146,7 +145,15 @@ import polars as pl
 from pydantic import Field, SecretStr, model_validator
 
 from connectors.azure_auth import build_credential, call_azure
-from connectors.billing_driver import ExportFile, OpenedFile, Period, RaisingFileErrors, SkipFile, read_files
+from connectors.billing_driver import (
+    ExportFile,
+    OpenedFile,
+    Period,
+    RaisingFileErrors,
+    SkipFile,
+    planned_files,
+    read_files,
+)
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
@@ -311,7 +318,7 @@ class _Planned:
     name: str
     period_start: dt.datetime | None = None
     period_end: dt.datetime | None = None
-    run: str | None = None
+    assembly_id: str | None = None  # the export run's id
     dataset: Literal["amortized", "actual"] | None = None
 
 
@@ -381,19 +388,7 @@ class AzureCostConnector:
     def _read_blobs(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
         plan = self._plan(start, end)
         datasets = {self._label(i.name): i.dataset for i in plan if isinstance(i, _Planned) and i.dataset}
-        files = (
-            item
-            if isinstance(item, BillingFileError)
-            else ExportFile(
-                self._label(item.name),
-                functools.partial(self._blob_copy, item.name),
-                None
-                if item.period_start is None or item.period_end is None
-                else (item.period_start, item.period_end),
-                item.run,
-            )
-            for item in plan
-        )
+        files = planned_files(plan, lambda f: self._label(f.name), lambda f: self._blob_copy(f.name))
         yield from self._driven(files, datasets, start, end)
 
     @contextlib.contextmanager

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, TypeVar
 
 import polars as pl
 
@@ -37,6 +38,7 @@ from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, open_stream, pa
 from connectors.sdk import BillingBatch, BillingFileError, RefusedRow, conform
 
 Period = tuple[dt.datetime, dt.datetime]
+_P = TypeVar("_P", bound="Planned")
 Chunk = tuple[pl.DataFrame, list[RefusedRow]]
 
 _PARQUET_MAGIC = b"PAR1"
@@ -56,6 +58,32 @@ class ExportFile:
     open: Callable[[], contextlib.AbstractContextManager[Path]]
     period: Period | None = None
     assembly_id: str | None = None
+
+
+class Planned(Protocol):
+    """A file a store's plan names, with the billing period its folder or manifest gives."""
+
+    @property
+    def period_start(self) -> dt.datetime | None: ...
+    @property
+    def period_end(self) -> dt.datetime | None: ...
+    @property
+    def assembly_id(self) -> str | None: ...
+
+
+def planned_files(
+    plan: Iterable[_P | BillingFileError],
+    label: Callable[[_P], str],
+    open_file: Callable[[_P], contextlib.AbstractContextManager[Path]],
+) -> Iterator[ExportFile | BillingFileError]:
+    """A store's plan as the driver's files (a plan's error stays an item)."""
+    for item in plan:
+        if isinstance(item, BillingFileError):
+            yield item
+            continue
+        start, end = item.period_start, item.period_end
+        period = None if start is None or end is None else (start, end)
+        yield ExportFile(label(item), functools.partial(open_file, item), period, item.assembly_id)
 
 
 class OpenedFile:
