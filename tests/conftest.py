@@ -1,9 +1,10 @@
 """Shared fixtures: databases built once per session, emptied between tests.
 
 * ``sqlite_url`` — a fresh, migrated SQLite file per test (copied from a session template).
-* ``pg_url`` — a migrated PostgreSQL database ``gpu_ledger_test_<random>`` for the session,
-  dropped at the end. Skipped when the server is unreachable, unless
-  ``GPU_LEDGER_REQUIRE_POSTGRES=1`` (``.ci/run`` sets it): then unreachable is a failure.
+* ``pg_url`` — a migrated PostgreSQL database ``gpu_ledger_test_<xdist worker>_<random>`` for the
+  session (one per worker), dropped at the end; a test asking for it is marked ``postgres``.
+  Skipped when the server is unreachable, unless ``GPU_LEDGER_REQUIRE_POSTGRES=1`` (``.ci/run``
+  sets it): then unreachable is a failure.
 * ``db_url`` — parametrized over both (the PostgreSQL case carries the ``postgres`` marker); every
   table is emptied before the test.
 * ``engine`` — ``make_engine(db_url)``, disposed after the test.
@@ -35,10 +36,22 @@ from service.db import make_engine, migrate
 # The moto server fixtures (moto, aws_client…) for every test that asks for them.
 pytest_plugins = ["awsfake.fixtures"]
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for ``pg_url`` needs the server: mark it ``postgres`` here, not by hand.
+
+    (``db_url``'s PostgreSQL case carries the marker on its param; ``fresh_pg_database`` refuses
+    an unmarked test.)
+    """
+    for item in items:
+        if "pg_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
 PG_ADMIN_URL = os.environ.get(
     "GPU_LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_PG = os.environ.get("GPU_LEDGER_REQUIRE_POSTGRES", "") not in ("", "0", "false")
+PG_CONNECT_TIMEOUT_S = 5
 
 
 def _have_migrations() -> bool:
@@ -111,17 +124,30 @@ def _pg_unavailable(reason: str) -> None:
     pytest.skip(f"PostgreSQL not reachable at {make_url(PG_ADMIN_URL).render_as_string()}: {reason}")
 
 
+def _database_name(prefix: str) -> str:
+    """A name no other session or xdist worker uses (the worker id only makes it legible)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{prefix}_{worker}_{uuid.uuid4().hex[:12]}"
+
+
 @contextmanager
 def _fresh_pg_database(prefix: str = "gpu_ledger_test") -> Iterator[str]:
-    admin = make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=False)
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(
+        PG_ADMIN_URL,
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=False,
+        connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},  # a silent host is "no server" too
+    )
+    name = _database_name(prefix)
     try:
-        try:
-            with admin.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-        except Exception as exc:  # noqa: BLE001  (any connection failure means "no server")
-            admin.dispose()
-            _pg_unavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # noqa: BLE001  (any connection failure means "no server")
+        admin.dispose()
+        # Raised outside the try/finally below: nothing was created, so no clean-up runs (it would
+        # reconnect, fail again and replace this skip with an error).
+        _pg_unavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    try:
         yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         try:
@@ -132,9 +158,18 @@ def _fresh_pg_database(prefix: str = "gpu_ledger_test") -> Iterator[str]:
 
 
 @pytest.fixture
-def fresh_pg_database() -> Callable[[], AbstractContextManager[str]]:
-    """``with fresh_pg_database() as url:`` an empty database, dropped afterwards."""
-    return _fresh_pg_database
+def fresh_pg_database(request: pytest.FixtureRequest) -> Callable[[], AbstractContextManager[str]]:
+    """``with fresh_pg_database() as url:`` an empty database, dropped afterwards.
+
+    Only for tests marked ``postgres``, so that ``-m "not postgres"`` never needs the server.
+    """
+
+    def fresh() -> AbstractContextManager[str]:
+        if request.node.get_closest_marker("postgres") is None:
+            pytest.fail(f"{request.node.nodeid} uses PostgreSQL without the postgres marker", pytrace=False)
+        return _fresh_pg_database()
+
+    return fresh
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,8 @@ from service.db import make_engine
 from service.settings import load_settings
 from service.timeutil import floor_hour
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # gpu-ledger ingest in a subprocess per cloud
+
 NOW = dt.datetime.now(dt.UTC)
 H = floor_hour(NOW) - dt.timedelta(hours=3)  # recent: CloudWatch keeps 1-minute data 15 days
 MINUTES = [H + dt.timedelta(minutes=m) for m in range(60)]

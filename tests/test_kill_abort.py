@@ -97,6 +97,7 @@ def _state(engine: Engine, name: str) -> ConnectorState:
         return state
 
 
+@pytest.mark.slow
 def test_killed_owner_is_aborted_live_one_untouched(engine: Engine, db_url: str, owners: list[Owner]) -> None:
     owners += [Owner(db_url, "dc1"), Owner(db_url, "dc1"), Owner(db_url, "cloud")]
     killed, alive, other = owners
@@ -131,6 +132,7 @@ def test_killed_owner_is_aborted_live_one_untouched(engine: Engine, db_url: str,
     assert abort_orphaned_runs(engine, NOW) == []  # idempotent
 
 
+@pytest.mark.slow
 def test_next_run_of_the_connector_closes_the_dead_one(
     engine: Engine, db_url: str, owners: list[Owner]
 ) -> None:

@@ -39,6 +39,8 @@ import service.models  # noqa: F401  (every table on SQLModel.metadata)
 from service.db import head_revision, make_engine, migrate
 from service.models import ConnectorRun, ConnectorState
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # real CLI processes, SIGKILLed over and over
+
 SEED = int(os.environ.get("GPU_LEDGER_KILL_SEED", "20251201"))
 CLI = str(Path(sys.executable).parent / "gpu-ledger")
 FIXTURES = Path(__file__).parent / "fixtures"

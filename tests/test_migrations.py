@@ -155,6 +155,7 @@ def _schema(engine: Engine) -> list[tuple[str, str]]:
         return sorted(conn.execute(text("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_processes_migrating_together_all_succeed(
     kind: str, tmp_path: Path, fresh_pg_database: Callable[[], AbstractContextManager[str]]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from service.cli import app
@@ -31,6 +32,7 @@ def test_bad_config_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.e2e
 def test_runs_exports_spools_and_stops_on_sigterm(tmp_path: Path) -> None:
     metrics_port, dead_port = _free_port(), _free_port()
     config = tmp_path / "agent.toml"

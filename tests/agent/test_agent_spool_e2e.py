@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from agent_fakes import FakeClock, FakeSampler, ReferenceConnector
 from sqlalchemy import Engine, select
 
@@ -33,6 +34,8 @@ from service.db import make_engine
 from service.ledger.ingest import ingest_window
 from service.models import LedgerHour
 from service.timeutil import floor_hour
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a real serve process, killed and restarted
 
 # The agent's fake clock runs three hours behind the real one: the service checks sample times
 # against its real clock (none older than the connector's backfill_days, none in the future).

@@ -111,6 +111,7 @@ QUERIES = {
 }
 
 
+@pytest.mark.slow
 def test_rollup_path_equals_hourly_path(engine: Engine, long_ledger: None) -> None:
     group_by = (Dimension.ENVIRONMENT, Dimension.PROJECT)
     window = check_window(START, END, max_days=400)

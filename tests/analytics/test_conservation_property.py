@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from decimal import Decimal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledger_rows import at, rebuild_days, row
@@ -44,6 +45,7 @@ def totals(rows) -> dict[str, Decimal]:  # type: ignore[no-untyped-def]
     return dict(out)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=ledger_rows)
 def test_every_policy_conserves_cost(sqlite_url: str, data) -> None:  # type: ignore[no-untyped-def]

@@ -73,6 +73,7 @@ COST = """query($w: TimeWindow!, $p: IdlePolicy, $c: String){ cost(window: $w, g
   sharedIdleCost { amount } gpuHours unpricedGpuHours rateSource } }"""
 
 
+@pytest.mark.slow
 def test_cost_per_currency_and_policies(gql: Gql, ledger: None) -> None:
     rows = data(gql(COST.replace("GROUP", "[PROJECT]"), {"w": W}), "cost")
     assert [(r["project"], r["unallocated"], r["cost"], r["rateSource"]) for r in rows] == [

@@ -99,6 +99,7 @@ def _post(app: Any, query: str) -> httpx.Response:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_fuzz_graphql_from_the_schema(fuzz_app: Any) -> None:
     errors = _Errors()
     seen: list[tuple[int, str]] = []

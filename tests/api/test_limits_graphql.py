@@ -120,6 +120,7 @@ SLOW_SQL = {
 }
 
 
+@pytest.mark.serial
 def test_slow_sql_is_cancelled_at_the_deadline(engine: Engine) -> None:
     settings = ApiSettings(limits=Limits(request_timeout_s=0.3))
     context = ApiContext(engine, settings, deadline=time.monotonic() + 0.3)

@@ -24,6 +24,8 @@ from sqlalchemy import Engine, func, select
 from service.db import make_engine
 from service.models import PushedBatch
 
+pytestmark = pytest.mark.serial  # asserts /healthz and 413 answer times: run alone, not beside xdist workers
+
 MIB = 1024 * 1024
 PUSH_TOKEN = "p" * 32
 

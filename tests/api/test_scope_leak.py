@@ -203,6 +203,7 @@ def _check(
         assert _totals(alone[field], measure) == _totals(rows, measure), (name, dim, field)
 
 
+@pytest.mark.slow
 def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     roots, dims, policies = _schema(callers["all"])
     walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors"}

@@ -25,6 +25,7 @@ def run(url: str, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+@pytest.mark.e2e
 def test_create_prints_the_secret_alone_on_the_last_line_on_a_fresh_database(tmp_path: Path) -> None:
     db = tmp_path / "fresh.db"  # never migrated: the command migrates first
     env = {**os.environ, "GPU_LEDGER_DATABASE_URL": f"sqlite:///{db}", "GPU_LEDGER_CONFIG": ""}

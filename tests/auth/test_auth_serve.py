@@ -64,6 +64,7 @@ def served(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
         log.close()
 
 
+@pytest.mark.e2e
 def test_anonymous_graphql_to_serve_is_401(served: tuple[str, str]) -> None:
     base, secret = served
     r = httpx.post(f"{base}/graphql", json=QUERY)
@@ -74,6 +75,7 @@ def test_anonymous_graphql_to_serve_is_401(served: tuple[str, str]) -> None:
     assert (r.status_code, r.json()) == (200, {"data": {"__typename": "Query"}})
 
 
+@pytest.mark.e2e
 def test_serve_on_a_public_address_without_authentication_refuses_to_start(sqlite_url: str) -> None:
     r = subprocess.run(
         [str(EXE), "serve", "--host", "0.0.0.0", "--port", str(_free_port())],

@@ -62,6 +62,7 @@ def totals(batches: list[BillingBatch]) -> tuple[int, Decimal, Decimal, Decimal]
     return lines.height, lines["billed_cost"].sum(), gpu["effective_cost"].sum(), lines["gpu_hours"].sum()
 
 
+@pytest.mark.slow
 def test_legacy_cur_reads_only_the_assembly_the_manifest_names(
     moto: str,  # noqa: F811
     aws_client: Callable[..., Any],  # noqa: F811

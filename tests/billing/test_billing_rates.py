@@ -6,6 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import polars as pl
+import pytest
 from billing_rows import (
     DAY3,
     R1,
@@ -257,6 +258,7 @@ _line = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(_line, min_size=1, max_size=5),

@@ -56,6 +56,7 @@ def _collect(connector: CloudWatchConnector, start: dt.datetime, end: dt.datetim
     return pl.concat([b.samples for b in connector.collect(start, end)])
 
 
+@pytest.mark.slow
 def test_more_than_500_series_take_two_get_metric_data_calls(
     moto: str, aws_client: Callable[..., Any]
 ) -> None:

@@ -121,6 +121,7 @@ def _minutes(start: dt.datetime, minutes: list[int]) -> list[dt.datetime]:
     return [start + m * M for m in minutes]
 
 
+@pytest.mark.slow
 def test_one_minute_data_with_an_outage_and_an_instance_type_from_ec2(
     moto: str, aws_client: Callable[..., Any], engine: Engine
 ) -> None:

@@ -43,6 +43,7 @@ def ledger(engine: Engine) -> pl.DataFrame:
         return pl.DataFrame([dict(r._mapping) for r in rows], infer_schema_length=None)
 
 
+@pytest.mark.slow
 def test_reingest_is_a_no_op_and_hourly_equals_one_window(engine: Engine) -> None:
     end = DAY0 + dt.timedelta(hours=6)
     ingest_window(engine, "demo", synthetic(), DAY0, end)

@@ -205,6 +205,7 @@ readings = st.lists(
 gaps = st.sampled_from([(30_000, 600_000), (2 * M, H), (10 * M, 10 * M)])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=readings, gap=gaps)
 def test_device_hour_invariants(rows, gap) -> None:
@@ -225,6 +226,7 @@ def test_device_hour_invariants(rows, gap) -> None:
         assert r["energy_j"] is None or r["energy_j"] >= 0
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=readings, gap=gaps)
 def test_hour_by_hour_equals_one_long_window(rows, gap) -> None:
@@ -247,6 +249,7 @@ def test_hour_by_hour_equals_one_long_window(rows, gap) -> None:
         assert a == pytest.approx(b, abs=1e-6), column
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=readings, gap=gaps, seed=st.integers(min_value=0, max_value=2**16))
 def test_order_of_readings_does_not_matter(rows, gap, seed) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import ClassVar, Literal
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, select
@@ -69,6 +70,7 @@ def snapshot(engine: Engine) -> tuple[list, list]:
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,7 @@ def test_idle_cost_between_zero_and_cost(book: tuple[PriceBook, str], k: int, da
             assert idle_cost == 0
 
 
+@pytest.mark.slow
 @PROPS
 @given(book=books(), k=st.integers(1, 7), data=st.data())
 def test_cost_conserved_across_workload_rows(
