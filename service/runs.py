@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping
 
 from sqlalchemy import Engine, exists, select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from connectors.base import ConnectorStatus
 from service import runlocks
@@ -124,7 +124,8 @@ def _db(engine: Engine) -> str:
 
 def last_watermark(engine: Engine, name: str) -> dt.datetime | None:
     with Session(engine) as session:
-        return session.execute(select(ConnectorState.watermark).where(ConnectorState.name == name)).scalar()
+        query = select(col(ConnectorState.watermark)).where(col(ConnectorState.name) == name)
+        return session.execute(query).scalar()
 
 
 def abort_orphaned_runs(
@@ -142,9 +143,9 @@ def abort_orphaned_runs(
     """
     now = now or dt.datetime.now(dt.UTC)
     with Session(engine) as session:
-        query = select(ConnectorRun).where(ConnectorRun.status == ConnectorStatus.RUNNING)
+        query = select(ConnectorRun).where(col(ConnectorRun.status) == ConnectorStatus.RUNNING)
         if connector is not None:
-            query = query.where(ConnectorRun.connector == connector)
+            query = query.where(col(ConnectorRun.connector) == connector)
         running = list(session.execute(query).scalars())
     with _held_guard:
         mine = {run_id for db, run_id in _held if db == _db(engine)}
@@ -158,19 +159,20 @@ def abort_orphaned_runs(
             # Guarded by status: a run its owner finished meanwhile keeps its own end.
             closed = conn.execute(
                 update(ConnectorRun)
-                .where(ConnectorRun.id == run.id, ConnectorRun.status == ConnectorStatus.RUNNING)
+                .where(col(ConnectorRun.id) == run.id, col(ConnectorRun.status) == ConnectorStatus.RUNNING)
                 .values(status=ConnectorStatus.ABORTED, finished_at=now, error=error)
             ).rowcount
             if not closed:
                 continue
             still_running = exists().where(
-                ConnectorRun.connector == run.connector, ConnectorRun.status == ConnectorStatus.RUNNING
+                col(ConnectorRun.connector) == run.connector,
+                col(ConnectorRun.status) == ConnectorStatus.RUNNING,
             )
             conn.execute(
                 update(ConnectorState)
                 .where(
-                    ConnectorState.name == run.connector,
-                    ConnectorState.status == ConnectorStatus.RUNNING,
+                    col(ConnectorState.name) == run.connector,
+                    col(ConnectorState.status) == ConnectorStatus.RUNNING,
                     ~still_running,
                 )
                 .values(status=ConnectorStatus.ABORTED, last_error=error)

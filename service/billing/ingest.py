@@ -67,10 +67,11 @@ import polars as pl
 from sqlalchemy import Connection, Engine
 
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
-from connectors.sdk import ConnectorStatus
+from connectors.sdk import BillingSource, ConnectorStatus
 from service.billing import currency_mix, store
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
+from service.dbtypes import table_of
 from service.models import BillingLine
 from service.run_recorder import RunRecorder
 
@@ -96,10 +97,11 @@ REQUIRED = (
 #: SQLite keeps a 64-bit count of nanos (about 9.2 billion units).
 MONEY_LIMITS = {"postgresql": Decimal("1e15"), "sqlite": Decimal(2**63 - 1).scaleb(-9)}
 _MONEY_COLUMNS = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]
+# String, or sqlmodel's AutoString (a TypeDecorator passing attributes through to its String).
 _LENGTHS = {
-    c.name: c.type.length
-    for c in BillingLine.__table__.columns
-    if getattr(c.type, "length", None) and c.name in BILLING_SCHEMA
+    c.name: length
+    for c in table_of(BillingLine).columns
+    if isinstance(length := getattr(c.type, "length", None), int) and length and c.name in BILLING_SCHEMA
 }
 
 
@@ -146,7 +148,7 @@ class BillingImportResult:
 def ingest_billing(
     engine: Engine,
     name: str,
-    connector: object,
+    connector: BillingSource,
     start: dt.datetime,
     end: dt.datetime,
     *,
@@ -166,7 +168,7 @@ def ingest_billing(
     with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
         importer = _Importer(engine, name, run, catalog, on_file, clock)
         try:
-            for item in _items(connector.read(start, end)):  # type: ignore[attr-defined]
+            for item in _items(connector.read(start, end)):
                 if isinstance(item, BillingFileError):
                     importer.failed(item)
                 else:
@@ -219,10 +221,12 @@ def ingest_billing(
     return result
 
 
-def _items(batches: Iterator[BillingBatch] | object) -> Iterator[BillingBatch | BillingFileError]:
+def _items(
+    batches: Iterator[BillingBatch | BillingFileError],
+) -> Iterator[BillingBatch | BillingFileError]:
     """The connector's batches; a ``BillingFileError`` raised by its iterator becomes an item, and
     the iterator is asked for the next file (a generator that raised is finished: that ends it)."""
-    iterator = iter(batches)  # type: ignore[call-overload]
+    iterator = iter(batches)
     while True:
         try:
             item = next(iterator)
@@ -318,8 +322,9 @@ class _Importer:
         store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
         if lines.height:
             start, end = lines["charge_start"].min(), lines["charge_end"].max()
-            unit.first_start = start if unit.first_start is None else min(unit.first_start, start)  # type: ignore[type-var]
-            unit.last_end = end if unit.last_end is None else max(unit.last_end, end)  # type: ignore[type-var]
+            assert isinstance(start, dt.datetime) and isinstance(end, dt.datetime), "required columns"
+            unit.first_start = start if unit.first_start is None else min(unit.first_start, start)
+            unit.last_end = end if unit.last_end is None else max(unit.last_end, end)
 
     def _begin(self, key: tuple[object, ...], period: Period | None) -> _Unit:
         conn = self.engine.connect()

@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
+from service.dbtypes import table_of
 from service.ledger import store
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
@@ -145,7 +146,7 @@ def _ingest_chunk(
         store.rebuild_days(conn, first_day, last_day)
         if checked.rejections:
             conn.execute(
-                Rejection.__table__.insert(),
+                table_of(Rejection).insert(),
                 [{"run_id": run.run_id, "connector": name, **r} for r in checked.rejections],
             )
     run.counts.add(accepted=checked.accepted.height, rejected=checked.rejected, ledger_rows=written)

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, case, delete, func, insert, or_, select
 
 from connectors.base import DeviceInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD, names
+from service.dbtypes import table_of
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
@@ -42,7 +43,7 @@ _DIMENSIONS = (
     "rate_source",
 )
 _MONEY = {"cost_nanos": "cost", "idle_cost_nanos": "idle_cost", "energy_cost_nanos": "energy_cost"}
-_HOUR_COLUMNS = {c.name for c in LedgerHour.__table__.columns} - {"id"}
+_HOUR_COLUMNS = {c.name for c in table_of(LedgerHour).columns} - {"id"}
 
 
 def replace_hours(
@@ -54,7 +55,7 @@ def replace_hours(
     rows: pl.DataFrame,
 ) -> int:
     """Replace ledger hours ``[start_hour, end_hour)`` of ``source`` and of ``device_ids`` by ``rows``."""
-    table = LedgerHour.__table__
+    table = table_of(LedgerHour)
     scope = (
         or_(table.c.source == source, table.c.device_id.in_(list(device_ids)))
         if device_ids
@@ -76,13 +77,13 @@ def _records(rows: pl.DataFrame) -> list[dict[str, object]]:
     for record in records:
         for column in money:
             value = record[column]
-            record[column] = None if value is None else from_nanos(value)  # type: ignore[arg-type]
+            record[column] = None if value is None else from_nanos(value)
     return records
 
 
 def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
     """Recompute ``ledger_day`` for days ``[first_day, last_day]`` from ``ledger_hour``, in SQL."""
-    hour, day = LedgerHour.__table__, LedgerDay.__table__
+    hour, day = table_of(LedgerHour), table_of(LedgerDay)
     conn.execute(delete(day).where(day.c.day_index >= first_day, day.c.day_index <= last_day))
     keys = [hour.c.device_id, hour.c.day_index, hour.c.workload_key, hour.c.currency]
     columns = [
@@ -103,7 +104,7 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
 
 def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo], seen: pl.DataFrame) -> None:
     """Insert or refresh devices; ``seen`` has device_id, first_ms, last_ms, metrics (comma list)."""
-    table = Device.__table__
+    table = table_of(Device)
     by_id = {d.device_id: d for d in devices}
     seen_by_id = {r["device_id"]: r for r in seen.to_dicts()}
     existing = {
