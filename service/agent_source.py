@@ -50,12 +50,15 @@ from connectors.sdk import (
     WorkloadInfo,
     to_ms,
 )
+from connectors.sdk.shapes import DEVICE, WORKLOAD, names
 from service.dbtypes import table_of
 from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
 
 PRUNE_EVERY = dt.timedelta(hours=1)
-DEVICE_FIELDS: tuple[str, ...] = DeviceInfo.__slots__
-WORKLOAD_FIELDS: tuple[str, ...] = WorkloadInfo.__slots__
+# The staging columns read back: the declared attributes (tests/test_shapes_agree.py holds the
+# pushed_* tables and DeviceInfo/WorkloadInfo to them).
+DEVICE_FIELDS = names(DEVICE)
+WORKLOAD_FIELDS = names(WORKLOAD)
 
 
 class AgentConfig(ConnectorConfig):
