@@ -651,7 +651,7 @@ def _batch(chunk: Chunk, file: str, facts: pl.DataFrame) -> BillingBatch:
 
 def _path(frame: pl.DataFrame, path: tuple[str, ...]) -> pl.Expr:
     """The nested field ``path`` as text, null when the export has no such field."""
-    dtype = frame.schema.get(path[0])
+    dtype: object = frame.schema.get(path[0])  # a DataType instance, or a bare class for some nested fields
     expr = pl.col(path[0])
     for name in path[1:]:
         fields = {f.name: f.dtype for f in dtype.fields} if isinstance(dtype, pl.Struct) else {}
@@ -1072,7 +1072,7 @@ def _bigquery_record(row: Any, line: int) -> dict[str, Any]:
     return record
 
 
-def _retriable(exc: BaseException) -> bool:
+def _retriable(exc: Exception) -> bool:
     from google.api_core import exceptions as gexc
     from google.cloud.bigquery.retry import DEFAULT_RETRY
 
