@@ -126,6 +126,7 @@ what to do, what still fails after retries a ``RetriableError``.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
 import re
@@ -342,7 +343,7 @@ class AwsCurConnector:
 
     kind: ClassVar[Literal["billing"]] = "billing"
     type: ClassVar[str] = "aws_cur"
-    config_model: ClassVar[type[ConnectorConfig]] = AwsCurConfig
+    config_model: ClassVar[builtins.type[ConnectorConfig]] = AwsCurConfig
 
     def __init__(
         self,

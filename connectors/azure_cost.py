@@ -538,7 +538,8 @@ class AzureCostConnector:
             try:
                 return request()
             except HttpResponseError as exc:
-                code = str(getattr(exc.error_code, "value", exc.error_code) or "")  # a StorageErrorCode
+                error_code = getattr(exc, "error_code", None)  # a StorageErrorCode (Storage errors only)
+                code = str(getattr(error_code, "value", error_code) or "")
                 detail = f"{what}: HTTP {exc.status_code}: {code}"
                 if exc.status_code == 404 and blob is not None and code != "ContainerNotFound":
                     raise BillingFileError(

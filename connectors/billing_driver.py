@@ -27,7 +27,7 @@ import contextlib
 import datetime as dt
 import functools
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol, TypeVar
@@ -96,7 +96,7 @@ class OpenedFile:
         self.columns: list[str] = []
         self._dialect, self._block = dialect, block_bytes
 
-    def chunks(self, rows: int) -> Iterator[Chunk]:
+    def chunks(self, rows: int) -> Generator[Chunk]:
         """The file as text frames of about ``rows`` records (``_line``: the file's)."""
         if self.parquet:
             for frame in parquet_chunks(self.local, self.label, rows):

@@ -36,9 +36,9 @@ import io
 import json
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import polars as pl
 
@@ -268,9 +268,9 @@ class Checks:
         bad = tagged.filter(pl.col("_bad").is_not_null())
         refused = []
         for row in bad.drop(list(parsed)).iter_rows(named=True):
-            column, reason, _ = self._rules[row.pop("_bad")]
-            value = row.get(column)
-            refused.append(RefusedRow(self.file, row.get(LINE), column, f"{reason}: {value!r}", _raw(row)))
+            column, reason, _rule = self._rules[row.pop("_bad")]
+            found = row.get(column)
+            refused.append(RefusedRow(self.file, row.get(LINE), column, f"{reason}: {found!r}", _raw(row)))
         return tagged.filter(pl.col("_bad").is_null()).drop("_bad"), refused
 
 
@@ -282,7 +282,7 @@ def _raw_bytes(raw: bytes) -> str:
     return raw.decode("utf-8", errors="backslashreplace")[:2000]
 
 
-def rename_variants(frame: pl.DataFrame, variants: dict[str, Sequence[str]]) -> pl.DataFrame:
+def rename_variants(frame: pl.DataFrame, variants: Mapping[str, Sequence[str]]) -> pl.DataFrame:
     """Rename header variants to canonical names: ``{"Date": ["date", "UsageDate"]}``; matching
     is case-insensitive, the first variant present wins."""
     lower = {c.lower(): c for c in frame.columns}
@@ -590,7 +590,7 @@ def open_stream(path: Path, label: str) -> Iterator[tuple[Callable[[int], bytes]
                 stream = stack.enter_context(archive.open(member))
             if head[:2] == _GZIP_MAGIC:
                 layers.append("gzip")
-                stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+                stream = stack.enter_context(cast(IO[bytes], gzip.GzipFile(fileobj=stream, mode="rb")))
         except _STREAM_ERRORS as exc:
             raise _stream_error(label, exc, layers) from None
 

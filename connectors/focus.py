@@ -52,8 +52,9 @@ Mapping decisions (FORMATS.md §5.4; the why of each):
   chunk too: the file's earlier keys are remembered as 64-bit hashes with their line, 16 bytes a
   record).
 
-**Streaming** (issue 5: a large export in bounded memory), as ``aws_cur`` does it with
-``connectors.billing_io``: a gzip file is decompressed block by block to a temporary file first —
+**Streaming** (issue 5: a large export in bounded memory) is the billing driver's
+(:mod:`connectors.billing_driver`; this module is its FOCUS dialect): a gzip file or a ZIP of one
+is decompressed block by block to a temporary file first —
 which checks it to its end, so a truncated or corrupt one is refused before its first batch and
 never half imported — then read like a plain file. A CSV is read in blocks and cut at record ends
 into chunks of about ``chunk_rows`` records (``billing_io.csv_chunks``: each chunk parsed with the
