@@ -674,9 +674,11 @@ def _typed_list(frame: pl.DataFrame, column: str, dtype: pl.DataType) -> pl.Expr
     if not isinstance(inner, pl.List) or not isinstance(inner.inner, pl.Struct):
         return pl.lit(None, dtype)
     names = {f.name for f in inner.inner.fields}
+    target = dtype.inner if isinstance(dtype, pl.List) else None
+    assert isinstance(target, pl.Struct), f"{column}: the target type is a list of structs"
     fields = [
         (pl.element().struct.field(f) if f in names else pl.lit(None)).cast(pl.String).alias(f)
-        for f in (fl.name for fl in dtype.inner.fields)  # type: ignore[attr-defined]
+        for f in (fl.name for fl in target.fields)
     ]
     return pl.col(column).list.eval(pl.struct(fields))
 

@@ -138,7 +138,7 @@ class SampleBatch:
         return self._columns
 
     def __repr__(self) -> str:
-        rows = self._frame.height if self._frame is not None else len(self._columns["ts_ms"])  # type: ignore[index]
+        rows = self._frame.height if self._frame is not None else len(self.columns["ts_ms"])
         return f"SampleBatch({rows} samples, {len(self.devices)} devices, {len(self.workloads)} workloads)"
 
 

@@ -77,7 +77,7 @@ class CostRow(LedgerBucket):
     @classmethod
     def of(cls, r: cost_q.CostRow, cursor: str) -> CostRow:
         return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
             cost=Money.of(r.cost, r.currency),
             idle_cost=Money.of(r.idle_cost, r.currency),
             shared_idle_cost=Money.of(r.shared_idle_cost, r.currency),
@@ -104,7 +104,7 @@ class EffectiveCostRow(LedgerBucket):
     @classmethod
     def of(cls, r: effective_q.EffectiveCostRow, cursor: str) -> EffectiveCostRow:
         return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
             gpu_hours=gql_float(r.gpu_hours),
             effective_gpu_hours=gql_float(r.effective_gpu_hours),
             cost=Money.of(r.cost, r.currency),

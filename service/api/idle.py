@@ -56,7 +56,7 @@ class IdleWasteRow(LedgerBucket):
     @classmethod
     def of(cls, r: analytics.IdleRow, threshold_pct: float, cursor: str) -> IdleWasteRow:
         return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
             idle_gpu_hours=gql_float(r.idle_gpu_hours),
             idle_cost=Money.of(r.idle_cost, r.currency),
             allocated_idle_gpu_hours=gql_float(r.allocated_idle_gpu_hours),

@@ -54,7 +54,7 @@ class UsageRow(LedgerBucket):
     @classmethod
     def of(cls, r: analytics.UsageRow, cursor: str) -> UsageRow:
         return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]
+            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
             gpu_hours=gql_float(r.gpu_hours),
             effective_gpu_hours=gql_float(r.effective_gpu_hours),
             utilization_pct=gql_float(r.utilization_pct),
