@@ -138,7 +138,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.billing_driver import OpenedFile, Period, planned_files, read_files
+from connectors.billing_driver import Dialect, OpenedFile, Period, planned_files, read_files
 from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
 from connectors.billing_stores import LocalTree, S3Prefix
 from connectors.cloud import auth_error, permission_error
@@ -548,11 +548,9 @@ def _path_period(key: str) -> tuple[dt.datetime, dt.datetime] | None:
 # ---- the dialect: what a CUR file holds
 
 
-class CurDialect:
+class CurDialect(Dialect):
     """CUR 2.0 and legacy CUR for the billing driver: the header layout (and its required
     columns), the billing period of a file its path does not name, the mapping of a chunk."""
-
-    csv_keys = False  # the key is built from the record's fields
 
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return _parquet_text(frame)

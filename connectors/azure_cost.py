@@ -146,6 +146,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from connectors.azure_auth import build_credential, call_azure
 from connectors.billing_driver import (
+    Dialect,
     ExportFile,
     OpenedFile,
     Period,
@@ -703,12 +704,12 @@ def _local(path: Path, explicit: bool) -> ExportFile | BillingFileError:
     return local_file(path)
 
 
-class AzureCostDialect:
+class AzureCostDialect(Dialect):
     """The Azure cost-details layout for the billing driver: header variants and required columns,
     the billing period (the folder's, else the first chunk's), the dataset (config, manifest, file
     name, else the first chunk holding a commitment row) and the mapping of a chunk."""
 
-    csv_keys = True  # no line id: the key is the line as written
+    raw_keys = True  # no line id: the key is the line as written
 
     def __init__(
         self,

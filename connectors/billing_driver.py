@@ -30,14 +30,15 @@ import tempfile
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, TypeVar
+from typing import IO, Literal, Protocol, TypeVar
 
 import polars as pl
 
-from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, open_stream, parquet_chunks
+from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, jsonl_chunks, open_stream, parquet_chunks
 from connectors.sdk import BillingBatch, BillingFileError, RefusedRow, conform
 
 Period = tuple[dt.datetime, dt.datetime]
+Format = Literal["csv", "jsonl", "parquet"]
 _P = TypeVar("_P", bound="Planned")
 Chunk = tuple[pl.DataFrame, list[RefusedRow]]
 
@@ -91,20 +92,31 @@ class OpenedFile:
     first pass over only some columns (:meth:`blocks`) for the facts a dialect needs before the
     first batch."""
 
-    def __init__(self, label: str, local: Path, parquet: bool, dialect: Dialect, block_bytes: int) -> None:
-        self.label, self.local, self.parquet = label, local, parquet
+    def __init__(self, label: str, local: Path, form: Format, dialect: Dialect, block_bytes: int) -> None:
+        self.label, self.local, self.format = label, local, form
         self.columns: list[str] = []
         self._dialect, self._block = dialect, block_bytes
 
+    @property
+    def parquet(self) -> bool:
+        return self.format == "parquet"
+
     def chunks(self, rows: int) -> Generator[Chunk]:
-        """The file as text frames of about ``rows`` records (``_line``: the file's)."""
+        """The file as text frames of about ``rows`` records (``_line``: the file's); JSON Lines as
+        frames of their records (nested fields as Polars structs and lists)."""
+        if self.format == "jsonl":
+            with _opened(self.local, self.label) as stream:
+                yield from jsonl_chunks(
+                    stream.read, self.label, rows, self._block, keys=self._dialect.raw_keys
+                )
+            return
         if self.parquet:
             for frame in parquet_chunks(self.local, self.label, rows):
                 yield self._dialect.parquet_text(frame), []
             return
         with _opened(self.local, self.label) as stream:
             yield from csv_chunks(
-                stream.read, self.label, rows, block=self._block, keys=self._dialect.csv_keys
+                stream.read, self.label, rows, block=self._block, keys=self._dialect.raw_keys
             )
 
     def blocks(self, wanted: list[str]) -> Iterator[pl.DataFrame]:
@@ -152,9 +164,16 @@ class FileDialect(Protocol):
 class Dialect(Protocol):
     """A provider's export layout (see docs/billing.md, "Writing a billing dialect")."""
 
-    #: CSV chunks get a ``line_key`` column: ``sha1:`` of each record's raw bytes (for an export
-    #: without a line id whose key is the line as written).
-    csv_keys: bool
+    #: CSV and JSONL chunks get a ``line_key`` column: ``sha1:`` of each record's raw bytes (for
+    #: an export without a line id whose key is the line as written).
+    raw_keys: bool = False
+    #: Where a repeated ``line_key`` is looked for: the whole file, or only its chunk (an export
+    #: whose repeats across chunks are left to the ingestor, which checks keys in the database).
+    duplicates_in: Literal["file", "chunk"] = "file"
+
+    def file_format(self, label: str, head: bytes) -> Format:
+        """How to read the file: by its first bytes (``PAR1``: Parquet), else CSV."""
+        return "parquet" if head == _PARQUET_MAGIC else "csv"
 
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         """A Parquet frame's typed columns as the text a CSV export of the same data holds."""
@@ -254,6 +273,8 @@ def read_file(
         read = accepted = refused_count = 0
         for frame, io_refused in _prepend(first, chunks):
             batch_read = frame.height + len(io_refused)
+            if dialect.duplicates_in == "chunk":
+                duplicates = Duplicates()
             lines, bad = reader.normalize(frame)
             lines, repeated = duplicates.refuse(lines, reader)
             refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
@@ -280,8 +301,9 @@ def _plain(path: Path, label: str, stack: contextlib.ExitStack, dialect: Dialect
     batch."""
     with open_stream(path, label) as (read, compressed):
         head = read(4)
+        form = dialect.file_format(label, head)
         if not compressed:
-            return OpenedFile(label, path, head == _PARQUET_MAGIC, dialect, block)
+            return OpenedFile(label, path, form, dialect, block)
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-billing-")))
         local = folder / "export"
         try:
@@ -291,7 +313,7 @@ def _plain(path: Path, label: str, stack: contextlib.ExitStack, dialect: Dialect
                     out.write(piece)
         except OSError as exc:
             raise BillingFileError(label, f"cannot copy to a temporary file: {exc.strerror or exc}") from None
-    return OpenedFile(label, local, head == _PARQUET_MAGIC, dialect, block)
+    return OpenedFile(label, local, form, dialect, block)
 
 
 @contextlib.contextmanager

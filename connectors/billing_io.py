@@ -38,7 +38,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, TypeVar, cast
 
 import polars as pl
 
@@ -46,6 +46,7 @@ from connectors.csv_records import MAX_RECORD_BYTES, Records, scan
 from connectors.sdk import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
 
 LINE = "_line"
+_K = TypeVar("_K")
 _REPLACEMENT = "\ufffd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -313,16 +314,16 @@ def in_window(batch: BillingBatch, start: dt.datetime, end: dt.datetime) -> bool
     return bool(lines.select(hit.any()).item())
 
 
-def export_files(root: Path, suffixes: dict[str, str]) -> list[Path]:
+def export_files(root: Path, suffixes: Mapping[str, str]) -> list[Path]:
     """The export files under ``root`` (or ``root`` itself), sorted; other files are ignored."""
     if root.is_file():
         return [root]
     if not root.is_dir():
         raise BillingFileError(str(root), "no such file or directory")
-    return sorted(p for p in root.rglob("*") if p.is_file() and file_kind(str(p), suffixes))
+    return sorted(p for p in root.rglob("*") if p.is_file() and file_kind(str(p), suffixes) is not None)
 
 
-def file_kind(name: str, suffixes: dict[str, str]) -> str | None:
+def file_kind(name: str, suffixes: Mapping[str, _K]) -> _K | None:
     path = Path(name.removesuffix(".gz"))
     return suffixes.get(path.suffix.lower())
 
@@ -477,6 +478,65 @@ def csv_chunks(
             yield _parse_records(header, records, names, file, separator, wanted)
         line += taken.count(b"\n")
         if final or (eof and not buf):
+            return
+
+
+def jsonl_chunks(
+    read: Callable[[int], bytes], file: str, rows: int, block: int = BLOCK_BYTES, *, keys: bool = False
+) -> Iterator[tuple[pl.DataFrame, list[RefusedRow]]]:
+    """A JSON Lines stream → frames of ``rows`` records each (nested objects as Polars structs and
+    lists, numbers as their JSON text: :func:`ndjson_records`), ``_line`` the file's line, and the
+    lines refused (not JSON, not UTF-8, not an object). ``keys``: a ``line_key`` column, ``sha1:``
+    of each raw line. Records whose fields cannot make one frame refuse the file."""
+    for data, first_line in _line_blocks(read, rows, block):
+        records, refused, _read = ndjson_records(data, file)
+        try:
+            frame = pl.DataFrame(records, infer_schema_length=None)
+        except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
+            raise BillingFileError(file, f"records of different shapes: {exc}") from None
+        if frame.is_empty():
+            frame = pl.DataFrame({LINE: []}, schema={LINE: pl.Int64})
+        if keys:
+            frame = frame.join(line_keys(data.split(b"\n")), on=LINE, how="left")
+        shift = first_line - 1
+        if shift:
+            frame = frame.with_columns(pl.col(LINE) + shift)
+            refused = [
+                RefusedRow(r.file, None if r.line is None else r.line + shift, r.column, r.reason, r.raw)
+                for r in refused
+            ]
+        yield frame, refused
+
+
+def _line_blocks(read: Callable[[int], bytes], rows: int, block: int) -> Iterator[tuple[bytes, int]]:
+    """A JSON Lines stream as ``(bytes of `rows` lines, the number of its first line)``: blocks are
+    read until ``rows`` line ends are held, and cut there (the last piece may be shorter; an empty
+    file is one empty piece). Holds one chunk and one block."""
+    buf = bytearray()
+    held = 0  # line ends in buf
+    line = 1
+    eof = False
+    while True:
+        while held < rows and not eof:
+            piece = read(block)
+            if piece:
+                buf += piece
+                held += piece.count(b"\n")
+            else:
+                eof = True
+        if held >= rows:
+            cut = -1
+            for _ in range(rows):
+                cut = buf.index(b"\n", cut + 1)
+            cut, taken = cut + 1, rows
+        else:
+            cut, taken = len(buf), held
+        if cut == 0 and line > 1:
+            return
+        yield bytes(buf[:cut]), line
+        del buf[:cut]
+        held, line = held - taken, line + taken
+        if eof and not buf:
             return
 
 

@@ -104,7 +104,7 @@ from typing import ClassVar, Literal
 import polars as pl
 from pydantic import Field
 
-from connectors.billing_driver import ExportFile, OpenedFile, Period, read_file, read_files
+from connectors.billing_driver import Dialect, ExportFile, OpenedFile, Period, read_file, read_files
 from connectors.billing_io import BLOCK_BYTES, LINE, Checks, require_columns, sane_period, sha1_keys
 from connectors.billing_stores import local_export_files, local_file
 from connectors.sdk import (
@@ -261,11 +261,9 @@ class FocusConnector:
         return local_export_files(self.config.path, LISTED, SUFFIXES, "FOCUS")
 
 
-class FocusDialect:
+class FocusDialect(Dialect):
     """The FOCUS layout for the billing driver: the version by its columns, its mandatory columns,
     the billing period and GPU resources from a first pass, the mapping of a chunk."""
-
-    csv_keys = False  # the key is built from the record's fields
 
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return _as_text(frame)

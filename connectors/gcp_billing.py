@@ -42,50 +42,56 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
   hashlib runs once per line; a line seen twice in a chunk is refused as a duplicate (a repeat in
   another chunk of the file is refused by the ingestor, which checks keys against the database).
 
-Memory: a file is streamed in batches of ``chunk_rows`` records (gzip undone as a stream): JSON
-Lines cut at line ends, CSV by ``billing_io.csv_chunks`` (RFC 4180 records; keys hashed from each
-record's raw bytes), Parquet by ``billing_io.parquet_chunks``. Every batch of a file has its
-``source_file`` and no period (daily files must not replace each other: the ingestor replaces a
-file's old lines once, when the run first meets it, and appends its later batches). A file of more
-than one chunk is read twice: first for the facts its lines take from the whole file (per
-resource: a GPU SKU row, the GPU count, the machine type — one row per resource), whether a good
-line is in the window, its required fields and a whole gzip stream; so its lines equal those of
-reading it whole, and it fails before its first batch.
+Memory: a file is streamed in batches of ``chunk_rows`` records by the billing driver
+(:mod:`connectors.billing_driver`; this module is its GCP export dialect): gzip and a ZIP of one
+export are decompressed to a temporary file first (checked to their end), JSON Lines cut at line
+ends (``billing_io.jsonl_chunks``), CSV by ``billing_io.csv_chunks`` (RFC 4180 records; keys
+hashed from each record's raw bytes), Parquet by ``billing_io.parquet_chunks``. Every batch of a
+file has its ``source_file`` and no period (daily files must not replace each other: the ingestor
+replaces a file's old lines once, when the run first meets it, and appends its later batches). A
+file is read twice: first for the facts its lines take from the whole file (per resource: a GPU
+SKU row, the GPU count, the machine type — one row per resource), whether a good line is in the
+window and its required fields; so its lines equal those of reading it whole, and it fails before
+its first batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
 import re
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field, model_validator
 
+from connectors.billing_driver import (
+    Dialect,
+    Format,
+    OpenedFile,
+    Period,
+    RaisingFileErrors,
+    SkipFile,
+    read_file,
+    read_files,
+)
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
     check_explicit,
-    csv_chunks,
     export_files,
     file_kind,
     json_text,
-    line_keys,
-    ndjson_records,
-    open_stream,
-    parquet_chunks,
     refuse_duplicates,
     require_columns,
     sha1_keys,
     zip_member_name,
 )
+from connectors.billing_stores import local_file
 from connectors.cloud import auth_error, permission_error
 from connectors.sdk import (
     BILLING_CURRENCIES,
@@ -143,7 +149,13 @@ _NESTED: dict[str, tuple[str, ...]] = {
     "invoice_month": ("invoice", "month"),
 }
 REQUIRED = ("sku_description", "usage_start_time", "usage_end_time", "cost", "currency")
-_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+_SUFFIXES: dict[str, Format] = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
 
 # BigQuery names: a project id (optionally domain-scoped, ``example.com:proj``), a dataset id, a
 # table id. Checked before the name is backquoted into the SQL (a name cannot be a parameter).
@@ -272,76 +284,37 @@ class GcpBillingConnector:
         iterator then goes on with the next file. With ``bigquery_table``: :meth:`read_bigquery`."""
         if self.config.bigquery_table:
             return self.read_bigquery(start, end)
-        return _FileStream(self.files(), lambda path: self.read_file(path, start, end))
+        files = [local_file(path) for path in self.files()]
+        dialect = GcpExportDialect(self.config.chunk_rows, (start, end))
+        return RaisingFileErrors(
+            read_files(
+                iter(files),
+                dialect,
+                start,
+                end,
+                chunk_rows=self.config.chunk_rows,
+                block_bytes=self.block_bytes,
+            )
+        )
 
     def read_file(self, path: Path, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
         """One file's batches (none when no good line is charged in ``[start, end)``).
 
-        A file of one chunk is parsed once. A larger one is read twice: first for what its
-        normalization needs from the whole file — the facts per resource (:func:`resource_facts`:
-        its GPU SKU rows, GPU count, machine type; a table of resources, not rows), whether a good
-        line falls in the window, that the required columns are there, and that a gzip stream is
-        whole — then chunk by chunk into batches joined with those facts. So the lines are those of
-        reading the file whole, and a file that fails does so before its first batch.
+        A file is read twice: first for what its normalization needs from the whole file — the
+        facts per resource (:func:`resource_facts`: its GPU SKU rows, GPU count, machine type; a
+        table of resources, not rows), whether a good line falls in the window, that the required
+        columns are there — then chunk by chunk into batches joined with those facts. So the lines
+        are those of reading the file whole, and a file that fails does so before its first batch.
         """
-        file = str(path)
-        chunks = self._checked_chunks(path, file)
-        first = next(chunks)
-        facts, hit, good = _file_facts(first[0], start, end)
-        second = next(chunks, None)
-        if second is None:
-            if hit or not good:
-                yield _batch(first, file, facts)
-            return
-        del first  # the first pass keeps only the facts: a chunk is dropped once they are taken
-        facts, hit, good = _merge_facts((facts, hit, good), _file_facts(second[0], start, end))
-        del second
-        for chunk in chunks:
-            facts, hit, good = _merge_facts((facts, hit, good), _file_facts(chunk[0], start, end))
-        if not hit and good:
-            return
-        for chunk in self._checked_chunks(path, file):
-            yield _batch(chunk, file, facts)
-
-    def _checked_chunks(self, path: Path, file: str) -> Iterator[tuple[pl.DataFrame, list[RefusedRow], int]]:
-        """``(good rows, refused rows, records read)`` per chunk: :func:`check` of the file's text
-        frames. Raises :class:`BillingFileError` for the whole file (at its end for a required
-        column that no JSONL record has)."""
-        columns: set[str] = set()
-        for frame, io_refused, read in self._frames(path, file, columns):
-            good, refused = check(frame, file)
-            yield good, [*io_refused, *refused], read
-        if _kind(path) not in ("csv", "parquet"):
-            # a JSONL chunk may lack a field other records have: required is what the file lacks
-            require_columns(pl.DataFrame(schema=dict.fromkeys(columns, pl.Null)), file, _REQUIRED_TOP)
-
-    def _frames(
-        self, path: Path, file: str, columns: set[str]
-    ) -> Iterator[tuple[pl.DataFrame, list[RefusedRow], int]]:
-        """The file as flat text frames of ``chunk_rows`` records with ``line_key``, one in memory at
-        a time: ``(frame, rows refused while reading, records read)``; ``columns`` collects the
-        top-level fields of the JSONL records."""
-        rows = self.config.chunk_rows
-        kind = _kind(path)
-        with contextlib.ExitStack() as stack:
-            read, compressed = stack.enter_context(open_stream(path, file))
-            if kind == "parquet":
-                if compressed:  # Parquet needs a seekable file: the decompressed copy
-                    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-ledger-gcp-")))
-                    path = folder / "export.parquet"
-                    with path.open("wb") as out:
-                        while piece := read(BLOCK_BYTES):
-                            out.write(piece)
-                for raw in parquet_chunks(path, file, rows):
-                    frame = _from_nested(raw, file) if "sku" in raw.columns else _from_flat(raw, file)
-                    yield frame.join(_record_keys(raw), on=LINE, how="left"), [], raw.height
-            elif kind == "csv":
-                for raw, refused in csv_chunks(read, file, rows, block=self.block_bytes, keys=True):
-                    frame = _from_flat(raw.rename({c: c.replace(".", "_") for c in raw.columns}), file)
-                    yield frame, refused, raw.height + len(refused)
-            else:
-                for data, first_line in _line_blocks(read, rows, self.block_bytes):
-                    yield _jsonl_frame(data, first_line, file, columns)
+        dialect = GcpExportDialect(self.config.chunk_rows, (start, end))
+        yield from read_file(
+            local_file(path),
+            dialect,
+            start,
+            end,
+            chunk_rows=self.config.chunk_rows,
+            block_bytes=self.block_bytes,
+        )
 
     # --- BigQuery --------------------------------------------------------------------------------
 
@@ -514,7 +487,7 @@ class GcpBillingConnector:
             self._client = None
 
 
-def _kind(path: Path) -> str:
+def _kind(path: Path) -> Format:
     """``jsonl``, ``csv`` or ``parquet`` by the file's name (a ``.zip``: by its member's); a file
     named otherwise — given explicitly as ``path`` — is refused."""
     name = str(path)
@@ -535,89 +508,71 @@ def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
 # --- streaming the exported files ------------------------------------------------------------
 
 _REQUIRED_TOP = [_NESTED[c][0] for c in REQUIRED]
-Chunk = tuple[pl.DataFrame, list[RefusedRow], int]  # good rows, refused rows, records read
 
 
-class _FileStream:
-    """The batches of each file in turn, lazily; unlike one generator it goes on after a file
-    raised :class:`BillingFileError` (the ingestor records it and asks for the next)."""
+class GcpExportDialect(Dialect):
+    """The exported files for the billing driver: JSON Lines, flat CSV or Parquet by the file's
+    name; a first pass over the whole file for the per-resource facts, the window and the
+    required fields; a repeat of a line in another chunk is left to the ingestor."""
 
-    def __init__(self, paths: Sequence[Path], batches: Callable[[Path], Iterator[BillingBatch]]) -> None:
-        self._paths, self._batches = list(paths), batches
-        self._current: Iterator[BillingBatch] | None = None
+    raw_keys = True  # no row id: the key is the line as written (Parquet: the record's JSON)
+    duplicates_in = "chunk"
 
-    def __iter__(self) -> _FileStream:
-        return self
+    def __init__(self, chunk_rows: int, window: tuple[dt.datetime, dt.datetime]) -> None:
+        self.chunk_rows, self.window = chunk_rows, window
 
-    def __next__(self) -> BillingBatch:
-        while True:
-            if self._current is None:
-                if not self._paths:
-                    raise StopIteration
-                self._current = self._batches(self._paths.pop(0))
-            try:
-                return next(self._current)
-            except StopIteration:
-                self._current = None
-            except BillingFileError:
-                self._current = None
-                raise
+    def file_format(self, label: str, head: bytes) -> Format:
+        del head  # by the name, as the export writes them
+        return _kind(Path(label))
 
+    def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return frame  # nested and typed: flattened by _flat
 
-def _line_blocks(read: Callable[[int], bytes], rows: int, block: int) -> Iterator[tuple[bytes, int]]:
-    """A JSON Lines stream as ``(bytes of `rows` lines, the number of its first line)``: blocks are
-    read until ``rows`` line ends are held, and cut there (the last piece may be shorter; an empty
-    file is one empty piece). Holds one chunk and one block."""
-    buf = bytearray()
-    held = 0  # line ends in buf
-    line = 1
-    eof = False
-    while True:
-        while held < rows and not eof:
-            piece = read(block)
-            if piece:
-                buf += piece
-                held += piece.count(b"\n")
-            else:
-                eof = True
-        if held >= rows:
-            cut = -1
-            for _ in range(rows):
-                cut = buf.index(b"\n", cut + 1)
-            cut, taken = cut + 1, rows
-        else:
-            cut, taken = len(buf), held
-        if cut == 0 and line > 1:
-            return
-        yield bytes(buf[:cut]), line
-        del buf[:cut]
-        held, line = held - taken, line + taken
-        if eof and not buf:
-            return
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _GcpFile:
+        del first, period  # the first pass reads every chunk; the export names no period
+        facts: tuple[pl.DataFrame, bool, bool] | None = None
+        columns: set[str] = set()
+        for frame, _refused in opened.chunks(self.chunk_rows):
+            columns.update(c for c in frame.columns if c not in (LINE, "line_key"))
+            good, _bad = _checks(_flat(frame, opened.label, opened.format), opened.label)
+            chunk_facts = _file_facts(good, *self.window)
+            facts = chunk_facts if facts is None else _merge_facts(facts, chunk_facts)
+        if opened.format == "jsonl":
+            # a JSONL chunk may lack a field other records have: required is what the file lacks
+            require_columns(pl.DataFrame(schema=dict.fromkeys(columns, pl.Null)), opened.label, _REQUIRED_TOP)
+        assert facts is not None  # every reader yields at least one chunk
+        resources, hit, good_any = facts
+        if good_any and not hit:
+            raise SkipFile
+        return _GcpFile(opened.label, opened.format, resources)
 
 
-def _jsonl_frame(
-    data: bytes, first_line: int, file: str, columns: set[str]
-) -> tuple[pl.DataFrame, list[RefusedRow], int]:
-    """One chunk of JSON Lines (starting on line ``first_line``) as the flat text frame with line
-    keys, the lines refused while reading, the records read; adds its fields to ``columns``."""
-    records, refused, read = ndjson_records(data, file)
-    try:
-        nested = pl.DataFrame(records, infer_schema_length=None)
-    except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
-        raise BillingFileError(file, f"records of different shapes: {exc}") from None
-    if nested.is_empty():
-        nested = pl.DataFrame({LINE: []}, schema={LINE: pl.Int64})
-    columns.update(c for c in nested.columns if c != LINE)
-    frame = _from_nested(nested, file, require=False).join(line_keys(data.split(b"\n")), on=LINE, how="left")
-    shift = first_line - 1
-    if shift:
-        frame = frame.with_columns(pl.col(LINE) + shift)
-        refused = [
-            RefusedRow(r.file, None if r.line is None else r.line + shift, r.column, r.reason, r.raw)
-            for r in refused
-        ]
-    return frame, refused, read
+class _GcpFile:
+    period: Period | None = None  # daily files must not replace each other: lines are replaced by file
+
+    def __init__(self, file: str, form: Format, facts: pl.DataFrame) -> None:
+        self.file, self.format, self.facts = file, form, facts
+
+    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        good, refused = _checks(_flat(chunk, self.file, self.format), self.file)
+        return _to_lines(good, self.file, self.facts), refused
+
+    def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
+        return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
+
+    def finish(self, read: int, accepted: int, refused: int) -> None:
+        """Nothing to log: the ingestor records the run's counts."""
+
+
+def _flat(frame: pl.DataFrame, file: str, form: Format) -> pl.DataFrame:
+    """A chunk as the flat text frame the checks read (with its ``line_key``)."""
+    if form == "csv":
+        return _from_flat(frame.rename({c: c.replace(".", "_") for c in frame.columns}), file)
+    if form == "jsonl":
+        nested = _from_nested(frame.drop("line_key"), file, require=False)
+        return nested.join(frame.select(LINE, "line_key"), on=LINE, how="left")
+    flat = _from_nested(frame, file) if "sku" in frame.columns else _from_flat(frame, file)
+    return flat.join(_record_keys(frame), on=LINE, how="left")
 
 
 def _file_facts(good: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> tuple[pl.DataFrame, bool, bool]:
@@ -642,11 +597,6 @@ def _merge_facts(
         )
     )
     return facts, a[1] or b[1], a[2] or b[2]
-
-
-def _batch(chunk: Chunk, file: str, facts: pl.DataFrame) -> BillingBatch:
-    good, refused, read = chunk
-    return BillingBatch(lines=_to_lines(good, file, facts), source_file=file, refused=refused, read=read)
 
 
 def _path(frame: pl.DataFrame, path: tuple[str, ...]) -> pl.Expr:
@@ -808,8 +758,15 @@ def normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[Refuse
 
 
 def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """The flat text frame → (good rows with their parsed values, refused rows): the checks, then
-    a line seen twice in the frame is refused."""
+    """:func:`_checks`, then a line seen twice in the frame is refused (a query's page; a file's
+    chunk has the driver refuse them)."""
+    good, refused = _checks(frame, file)
+    good, duplicates = refuse_duplicates(good, file)
+    return good, [*refused, *duplicates]
+
+
+def _checks(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    """The flat text frame → (good rows with their parsed values, refused rows)."""
     parts = _credit_parts(frame)
     frame = frame.join(parts, on=LINE, how="left")
     checks = Checks(file)
@@ -856,9 +813,7 @@ def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow
         "_at_list": at_list,
         "_cost_type": cost_type,
     }
-    good, refused = checks.split(frame, parsed)
-    good, duplicates = refuse_duplicates(good, file)
-    return good, [*refused, *duplicates]
+    return checks.split(frame, parsed)
 
 
 _SKU = pl.col("sku_description")
