@@ -279,10 +279,6 @@ def _raw(row: dict[str, object]) -> str:
     return json.dumps({k: v for k, v in row.items() if k != LINE}, default=str, ensure_ascii=False)[:2000]
 
 
-def _raw_bytes(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="backslashreplace")[:2000]
-
-
 def rename_variants(frame: pl.DataFrame, variants: Mapping[str, Sequence[str]]) -> pl.DataFrame:
     """Rename header variants to canonical names: ``{"Date": ["date", "UsageDate"]}``; matching
     is case-insensitive, the first variant present wins."""
