@@ -561,6 +561,8 @@ class AzureCostConnector:
             from azure.storage.blob import ContainerClient, ExponentialRetry
 
             c = self.config
+            # azure-storage-blob annotates these seconds as int but computes with them as floats;
+            # backoff_s is a float setting (e.g. 0.5 s) and is passed as it is.
             retry = ExponentialRetry(
                 initial_backoff=c.backoff_s,  # type: ignore[arg-type]
                 increment_base=3 * c.backoff_s,  # type: ignore[arg-type]

@@ -118,6 +118,7 @@ else:
 class SamplesIn(_Strict):
     device_id: list[str] = Field(max_length=MAX_SAMPLES)  # each one a described device (BatchIn)
     ts_ms: list[int] = Field(max_length=MAX_SAMPLES)  # bounds need the clock: check_batch
+    # The Literal is built from the catalog at import (pydantic reads it; a type checker cannot).
     metric: list[Literal[tuple(m.value for m in Metric)]] = Field(max_length=MAX_SAMPLES)  # type: ignore[valid-type]
     value: list[Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE)]] = Field(max_length=MAX_SAMPLES)
     workload_key: list[str] = Field(max_length=MAX_SAMPLES)
