@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +21,9 @@ from sqlalchemy import Engine, insert
 from sqlmodel import Session
 
 from connectors.base import ConnectorStatus
+from service.db import make_engine
 from service.models import ConnectorRun, ConnectorState
+from service.runlocks import owner_gone
 from service.runs import abort_orphaned_runs, begin_run, finish_run
 
 T0 = dt.datetime(2025, 9, 1, tzinfo=dt.UTC)
@@ -43,6 +46,7 @@ class Owner:
     """A child process that began run ``run_id`` of ``connector`` and keeps it RUNNING."""
 
     def __init__(self, url: str, connector: str):
+        self.url = url
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _OWNER, url, connector],
             stdin=subprocess.PIPE,
@@ -65,6 +69,18 @@ class Owner:
         assert self.run_id  # killed only once its run is in
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
+        # PostgreSQL drops a dead client's session (and its advisory lock) when its backend next
+        # runs: a moment later, longer on a loaded machine. Wait for that, as a later start would.
+        engine = make_engine(self.url)
+        try:
+            with Session(engine) as session:
+                run = session.get(ConnectorRun, self.run_id)
+                key = run.owner_lock if run is not None else None
+            deadline = time.monotonic() + 10
+            while key is not None and not owner_gone(engine, key) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            engine.dispose()
 
     def close(self) -> None:
         if self.proc.poll() is None:
