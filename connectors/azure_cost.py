@@ -150,7 +150,6 @@ from connectors.billing_driver import (
     ExportFile,
     OpenedFile,
     Period,
-    RaisingFileErrors,
     SkipFile,
     planned_files,
     read_files,
@@ -355,13 +354,12 @@ class AzureCostConnector:
 
     def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
         """Batches of the files whose billing period (else a line of the first chunk) overlaps
-        ``[start, end)``. Local files: an unreadable file raises
-        :class:`~connectors.billing.BillingFileError` from ``next()`` and the iterator goes on with
-        the next file; Blob: it is yielded."""
+        ``[start, end)``. An unreadable file, local or in Blob storage, is a yielded
+        :class:`~connectors.billing.BillingFileError`, and the next file follows."""
         if self.config.blob_container_url is None:
             explicit = Path(str(self.config.path)).is_file()
             files = [_local(path, explicit) for path in self.files()]
-            return RaisingFileErrors(self._driven(iter(files), {}, start, end))
+            return self._driven(iter(files), {}, start, end)
         return self._read_blobs(start, end)
 
     def _driven(

@@ -329,22 +329,3 @@ def _opened(path: Path, label: str) -> Iterator[IO[bytes]]:
 def _prepend(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
     yield first
     yield from rest
-
-
-class RaisingFileErrors:
-    """The driver's items, with each ``BillingFileError`` raised from ``next()`` instead of
-    returned; the next call goes on with the next file (the driver's generator is suspended, not
-    ended). Kept for the connectors whose ``read`` has always raised file errors: the ingestor
-    takes both forms."""
-
-    def __init__(self, items: Iterator[BillingBatch | BillingFileError]) -> None:
-        self._items = items
-
-    def __iter__(self) -> RaisingFileErrors:
-        return self
-
-    def __next__(self) -> BillingBatch:
-        item = next(self._items)
-        if isinstance(item, BillingFileError):
-            raise item
-        return item

@@ -73,7 +73,6 @@ from connectors.billing_driver import (
     Format,
     OpenedFile,
     Period,
-    RaisingFileErrors,
     SkipFile,
     read_file,
     read_files,
@@ -277,24 +276,22 @@ class GcpBillingConnector:
     def files(self) -> list[Path]:
         return export_files(Path(str(self.config.path)), _SUFFIXES)
 
-    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+    def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch | BillingFileError]:
         """Batches of the files with a line charged in ``[start, end)`` (or with no good line:
         their refusals must be seen), one per chunk of ``chunk_rows`` records. A whole unreadable
-        file raises :class:`BillingFileError` from ``next()`` before any of its batches; the
-        iterator then goes on with the next file. With ``bigquery_table``: :meth:`read_bigquery`."""
+        file is a yielded :class:`BillingFileError`, before any of its batches; the next file
+        follows. With ``bigquery_table``: :meth:`read_bigquery`."""
         if self.config.bigquery_table:
             return self.read_bigquery(start, end)
         files = [local_file(path) for path in self.files()]
         dialect = GcpExportDialect(self.config.chunk_rows, (start, end))
-        return RaisingFileErrors(
-            read_files(
-                iter(files),
-                dialect,
-                start,
-                end,
-                chunk_rows=self.config.chunk_rows,
-                block_bytes=self.block_bytes,
-            )
+        return read_files(
+            iter(files),
+            dialect,
+            start,
+            end,
+            chunk_rows=self.config.chunk_rows,
+            block_bytes=self.block_bytes,
         )
 
     def read_file(self, path: Path, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:

@@ -29,11 +29,12 @@ any other is "already imported". What grows with the run is a summary per file. 
 open unit holds the database's write lock (readers go on, under WAL) until it commits.
 
 Refused rows (the parser's and the ingestor's) go to the ``rejection`` table with the run id. A
-file that cannot be read at all (:class:`~connectors.billing.BillingFileError`, raised by the
-connector's iterator or yielded in place of a batch) gets a ``billing_file`` row with its error and
-a rejection; the other files go on (the open unit is committed first, as at any unit's end). A
-connector whose ``read`` is a plain generator cannot go on after raising: its remaining files are
-then not read, which the failed status makes visible.
+file that cannot be read at all (:class:`~connectors.billing.BillingFileError`, yielded in place
+of a batch — the SDK's contract, which every bundled connector keeps through the billing driver)
+gets a ``billing_file`` row with its error and a rejection; the other files go on (the open unit
+is committed first, as at any unit's end). A third-party iterator that raises one instead is
+tolerated: it is recorded the same way and the iterator asked for more (a plain generator that
+raised is finished, so its remaining files are not read, which the failed status makes visible).
 
 A connector error (or any other) while a unit is open rolls that unit back: the batches read of it
 may not be all of it (a CUR part or a chunk missing), and replacing a period with part of it

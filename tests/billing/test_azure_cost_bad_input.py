@@ -4,10 +4,9 @@ read == accepted + refused; a missing column refuses the file."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 from pathlib import Path
-
-import pytest
 
 from connectors.azure_cost import AzureCostConfig, AzureCostConnector
 from connectors.billing import BillingFileError
@@ -63,7 +62,6 @@ def test_a_missing_cost_column_refuses_the_file(tmp_path: Path) -> None:
     (tmp_path / "cost.csv").write_bytes(
         b"\n".join([ROWS[0].replace(b"CostInBillingCurrency", b"Kosten"), *ROWS[1:3]])
     )
-    with pytest.raises(
-        BillingFileError, match=r'cost\.csv, line 1, column "CostInBillingCurrency": missing column'
-    ):
-        read(tmp_path)
+    [error] = read(tmp_path)  # yielded, as every unreadable file is
+    assert isinstance(error, BillingFileError)
+    assert re.search(r'cost\.csv, line 1, column "CostInBillingCurrency": missing column', str(error))

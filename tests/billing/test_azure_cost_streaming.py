@@ -146,14 +146,15 @@ def test_a_second_billing_period_in_a_later_chunk_fails_the_file(tmp_path: Path)
     rows[60] = rows[60].replace(b",09/01/2025,09/30/2025,", b",10/01/2025,10/31/2025,")  # line 62
     (tmp_path / "cost.csv").write_bytes(HEADER + b"".join(rows))
     config = AzureCostConfig(name="bills", path=str(tmp_path), chunk_rows=7)
-    got: list[BillingBatch] = []
-    batches = AzureCostConnector(config).read(SEP, OCT)
-    with pytest.raises(BillingFileError) as error:
-        got.extend(batches)
-    # Batches before it carried September; the importer rolls the period back on the error.
-    assert got and {(b.period_start, b.period_end) for b in got} == {(SEP, OCT)}
-    assert (error.value.row.line, error.value.row.column) == (62, "BillingPeriodStartDate")
-    assert "a second billing period (10/01/2025..10/31/2025) after 2025-09-01..2025-09-30" in str(error.value)
+    items = list(AzureCostConnector(config).read(SEP, OCT))
+    # The error is yielded last, after the batches before it (they carried September); the
+    # importer rolls the period back on the error.
+    *got, error = items
+    assert got and all(isinstance(b, BillingBatch) for b in got)
+    assert {(b.period_start, b.period_end) for b in got if isinstance(b, BillingBatch)} == {(SEP, OCT)}
+    assert isinstance(error, BillingFileError)
+    assert (error.row.line, error.row.column) == (62, "BillingPeriodStartDate")
+    assert "a second billing period (10/01/2025..10/31/2025) after 2025-09-01..2025-09-30" in str(error)
 
 
 def test_a_file_of_another_period_yields_nothing(tmp_path: Path) -> None:
