@@ -66,3 +66,21 @@ def aws_client(moto: str) -> Iterator[Callable[..., Any]]:
     yield make
     for c in made:
         c.close()
+
+
+def cloudwatch_config(endpoint: str, **extra: Any) -> Any:
+    """A ``cloudwatch`` connector config on the moto ``endpoint`` with the fake's keys, no retries
+    and no Container Insights; ``extra`` overrides any key."""
+    from connectors.cloudwatch import CloudWatchConfig
+
+    values: dict[str, Any] = {
+        "name": "aws",
+        "regions": ["us-east-1"],
+        "endpoint_url": endpoint,
+        "aws_access_key_id": KEY_ID,
+        "aws_secret_access_key": SECRET,
+        "account_id": "111122223333",
+        "max_retries": 0,
+        "container_insights": False,
+    }
+    return CloudWatchConfig(**(values | extra))

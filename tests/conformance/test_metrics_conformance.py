@@ -31,7 +31,8 @@ from typing import Any
 import grpc
 import polars as pl
 import pytest
-from awsfake.server import KEY_ID, SECRET, put_points
+from awsfake.fixtures import cloudwatch_config
+from awsfake.server import put_points
 from azurefake.server import Reply, Request, StaticCredential, fake_azure
 from gcpfake.build import plain_client, series
 from gcpfake.server import FakeMetricService, running_fake
@@ -153,17 +154,7 @@ T0 = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 
 
 def _cloudwatch_config(endpoint: str, **extra: Any) -> CloudWatchConfig:
-    values: dict[str, Any] = {
-        "name": "aws",
-        "regions": ["us-east-1"],
-        "endpoint_url": endpoint,
-        "aws_access_key_id": KEY_ID,
-        "aws_secret_access_key": SECRET,
-        "account_id": "111122223333",
-        "max_retries": 0,
-        "container_insights": False,
-    }
-    return CloudWatchConfig(**(values | extra))
+    return cloudwatch_config(endpoint, **extra)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from awsfake.fixtures import cloudwatch_config
 from awsfake.server import KEY_ID, SECRET, CallLog, FaultProxy, json_error, put_points
 
 from connectors.base import ConfigurationError, FatalSourceError, RetriableError
@@ -23,17 +24,7 @@ UTIL = "nvidia_smi_utilization_gpu"
 
 
 def _config(endpoint: str, **extra: Any) -> CloudWatchConfig:
-    values: dict[str, Any] = {
-        "name": "aws",
-        "regions": ["us-east-1"],
-        "endpoint_url": endpoint,
-        "aws_access_key_id": KEY_ID,
-        "aws_secret_access_key": SECRET,
-        "account_id": "111122223333",
-        "max_retries": 0,
-        "container_insights": False,
-    }
-    return CloudWatchConfig(**(values | extra))
+    return cloudwatch_config(endpoint, **extra)
 
 
 def _connector(endpoint: str, retries: int) -> CloudWatchConnector:

@@ -19,7 +19,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from awsfake.server import KEY_ID, SECRET, CallLog, put_points
+from awsfake.fixtures import cloudwatch_config
+from awsfake.server import CallLog, put_points
 from sqlalchemy import Engine, select
 
 from connectors.base import Sampling
@@ -43,16 +44,7 @@ def engine(sqlite_url: str) -> Any:
 
 
 def _config(endpoint: str, **extra: Any) -> CloudWatchConfig:
-    values: dict[str, Any] = {
-        "name": "aws",
-        "regions": ["us-east-1"],
-        "endpoint_url": endpoint,
-        "aws_access_key_id": KEY_ID,
-        "aws_secret_access_key": SECRET,
-        "max_retries": 0,
-        "container_insights": False,
-    }
-    return CloudWatchConfig(**(values | extra))
+    return cloudwatch_config(endpoint, **({"account_id": None} | extra))  # the account from STS
 
 
 def _ledger(engine: Engine) -> dict[tuple[str, int], dict[str, Any]]:
