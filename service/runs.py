@@ -179,7 +179,7 @@ def abort_orphaned_runs(
             )
         run.status, run.finished_at, run.error = ConnectorStatus.ABORTED, now, error
         aborted.append(run)
-        log.warning("run %s of connector %s aborted: %s", run.id, run.connector, error)
+        log.warning("run %s of connector %s %s", run.id, run.connector, error)
     return aborted
 
 
