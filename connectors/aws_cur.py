@@ -139,7 +139,15 @@ import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from connectors.billing_driver import Dialect, OpenedFile, Period, planned_files, read_files
-from connectors.billing_io import BLOCK_BYTES, LINE, Checks, check_explicit, require_columns, sane_period
+from connectors.billing_io import (
+    BLOCK_BYTES,
+    LINE,
+    Checks,
+    Normalized,
+    check_explicit,
+    require_columns,
+    sane_period,
+)
 from connectors.billing_stores import LocalTree, S3Prefix
 from connectors.cloud import auth_error, permission_error
 from connectors.sdk import (
@@ -567,7 +575,7 @@ class _CurFile:
     def __init__(self, file: str, layout: _Layout, period: Period | None) -> None:
         self.file, self.layout, self.period = file, layout, period
 
-    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    def normalize(self, chunk: pl.DataFrame) -> Normalized:
         return _normalize(chunk, self.layout, self.file, self.period or (None, None))
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
@@ -710,8 +718,8 @@ def _normalize(
     layout: _Layout,
     file: str,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
-) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """A text chunk → (normalized lines, refused rows); a repeated line key is the driver's to refuse.
+) -> Normalized:
+    """A text chunk → (normalized lines, refused rows, findings); a repeated line key is the driver's to refuse.
     ``period``: the file's billing period when its path or manifest names one; else each row's
     ``bill_billing_period_*`` bounds its usage dates."""
     col = layout.col
@@ -796,7 +804,7 @@ def _normalize(
         "_tags": tags,
         **{f"_{k}": v for k, v in money.items()},
     }
-    good, refused = checks.split(frame, parsed)
+    good, refused, findings = checks.split(frame, parsed)
 
     usage_type = _text(col("line_item_usage_type"))
     base_type = usage_type.str.replace(_REGION_PREFIX, "")
@@ -898,4 +906,4 @@ def _normalize(
         c("_currency").alias("currency"),
         c("_tags").alias("tags"),
     )
-    return lines, refused
+    return lines, refused, findings

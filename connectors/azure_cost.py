@@ -158,6 +158,8 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    Normalized,
+    Split,
     check_explicit,
     export_files,
     file_kind,
@@ -630,9 +632,9 @@ def _checked(
     frame: pl.DataFrame,
     file: str,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
-) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """(good rows with parsed columns, rows failing a check); a repeated line is the driver's to
-    refuse."""
+) -> Split:
+    """(good rows with parsed columns, rows failing a check, findings); a repeated line is the
+    driver's to refuse."""
     checks = Checks(file)
     parsed = {
         "_cost": checks.decimal("CostInBillingCurrency"),
@@ -733,7 +735,7 @@ class AzureCostDialect(Dialect):
         reader = _AzureFile(file, self.dataset or self.datasets.get(file) or _dataset_of_name(file), period)
         if period is None:
             # the first chunk names the file's period; without one, a line of it must be in the window
-            good, _bad = _checked(reader.prepared(first), file)
+            good = _checked(reader.prepared(first), file).rows
             lo, hi = _period(good)
             reader.period = None if lo is None or hi is None else (lo, hi)
             if reader.period is None:
@@ -756,17 +758,17 @@ class _AzureFile:
             pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
         )
 
-    def normalize(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    def normalize(self, frame: pl.DataFrame) -> Normalized:
         frame = self.prepared(frame)
         if self.dataset is None and _holds_commitment(frame):
             self.dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
         # usage dates are held to the file's period once known (folder, else the first chunk's)
         held = (None, None) if self.period is None or (self._from_content and self._first) else self.period
-        good, bad = _checked(frame, self.file, held)
+        good, bad, findings = _checked(frame, self.file, held)
         if self._from_content and not self._first and self.period is not None:
             _same_period(good, self.file, self.period)
         self._first = False
-        return _to_lines(good, self.file, self.dataset or "actual"), bad  # no commitment row yet: both agree
+        return _to_lines(good, self.file, self.dataset or "actual"), bad, findings  # no commitment row yet: both agree
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)

@@ -34,8 +34,18 @@ from typing import IO, Literal, Protocol, TypeVar
 
 import polars as pl
 
-from connectors.billing_io import BLOCK_BYTES, LINE, csv_chunks, jsonl_chunks, open_stream, parquet_chunks
-from connectors.sdk import BillingBatch, BillingFileError, RefusedRow, conform
+from connectors.billing_io import (
+    BLOCK_BYTES,
+    LINE,
+    Normalized,
+    csv_chunks,
+    jsonl_chunks,
+    null_literals,
+    open_stream,
+    parquet_chunks,
+)
+from connectors.sdk import BillingBatch, BillingFileError, Finding, RefusedRow, conform, merge_findings
+from connectors.sdk.billing import FINDING_EXAMPLES
 
 Period = tuple[dt.datetime, dt.datetime]
 Format = Literal["csv", "jsonl", "parquet"]
@@ -102,8 +112,13 @@ class OpenedFile:
         return self.format == "parquet"
 
     def chunks(self, rows: int) -> Generator[Chunk]:
-        """The file as text frames of about ``rows`` records (``_line``: the file's); JSON Lines as
-        frames of their records (nested fields as Polars structs and lists)."""
+        """The file as text frames of about ``rows`` records (``_line``: the file's), null literals
+        (``NULL``, ``\\N``) read as empty fields; JSON Lines as frames of their records (nested
+        fields as Polars structs and lists)."""
+        for frame, refused in self._chunks(rows):
+            yield null_literals(frame), refused
+
+    def _chunks(self, rows: int) -> Generator[Chunk]:
         if self.format == "jsonl":
             with _opened(self.local, self.label) as stream:
                 yield from jsonl_chunks(
@@ -129,12 +144,12 @@ class OpenedFile:
             if self.parquet:
                 scan = pl.scan_parquet(self.local).select(present)
                 for batch in scan.collect_batches(chunk_size=PASS_ROWS):
-                    yield self._dialect.parquet_text(batch)
+                    yield null_literals(self._dialect.parquet_text(batch))
                 return
             with _opened(self.local, self.label) as stream:
                 pieces = csv_chunks(stream.read, self.label, 1, columns=present, chunk_bytes=PASS_BYTES)
                 for frame, _refused in pieces:
-                    yield frame.drop(LINE)
+                    yield null_literals(frame.drop(LINE))
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise BillingFileError(
                 self.label, f"not a readable export file: {str(exc).splitlines()[0]}"
@@ -148,8 +163,9 @@ class FileDialect(Protocol):
     #: file names none, and its lines are replaced by file.
     period: Period | None
 
-    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
-        """A text chunk (``_line`` numbered) → (lines with ``line_no`` and ``line_key``, refused)."""
+    def normalize(self, chunk: pl.DataFrame) -> Normalized:
+        """A text chunk (``_line`` numbered) → (lines with ``line_no`` and ``line_key``, refused,
+        findings on the lines: :meth:`connectors.billing_io.Checks.flag`)."""
         ...
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
@@ -275,8 +291,9 @@ def read_file(
             batch_read = frame.height + len(io_refused)
             if dialect.duplicates_in == "chunk":
                 duplicates = Duplicates()
-            lines, bad = reader.normalize(frame)
+            lines, bad, findings = reader.normalize(frame)
             lines, repeated = duplicates.refuse(lines, reader)
+            findings = merge_findings([*findings, *capacity_findings(lines, label, reader)])
             refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
             read, accepted, refused_count = (
                 read + batch_read,
@@ -291,8 +308,44 @@ def read_file(
                 period_start=None if period is None else period[0],
                 period_end=None if period is None else period[1],
                 assembly_id=file.assembly_id,
+                findings=findings,
             )
         reader.finish(read, accepted, refused_count)
+
+
+#: A line may bill a little more than its GPUs × hours (rounding of a daily sum) before it is a finding.
+CAPACITY_SLACK = 1.01
+
+
+def capacity_findings(lines: pl.DataFrame, file: str, reader: FileDialect) -> list[Finding]:
+    """A usage line billing more GPU-hours than its instance's GPUs × the hours of its charge period
+    (an Azure row of 49.9 GPU-hours in one day on a 1-GPU VM) is imported — the money is the
+    bill's — and counted as finding ``gpu_hours_over_capacity`` on the dialect's quantity column."""
+    if lines.is_empty():
+        return []
+    hours = (pl.col("charge_end") - pl.col("charge_start")).dt.total_seconds() / 3600
+    over = (
+        pl.col("gpu_count").is_not_null()
+        & (pl.col("gpu_count") > 0)
+        & (pl.col("gpu_hours").cast(pl.Float64) > pl.col("gpu_count") * hours * CAPACITY_SLACK)
+    ).fill_null(False)
+    hits = lines.filter(over)
+    if hits.is_empty():
+        return []
+    column = getattr(reader, "quantity_column", None) or "usage_quantity"
+    reason = "more GPU-hours than the instance's GPUs × the hours of the charge period"
+    found = []
+    for (provider,), group in hits.group_by("provider", maintain_order=True):
+        examples = tuple(
+            (line, f"{gpu_hours} GPU-h ({count} GPU, {start:%Y-%m-%d %H:%M}..{end:%Y-%m-%d %H:%M})")
+            for line, gpu_hours, count, start, end in group.head(FINDING_EXAMPLES)
+            .select("line_no", "gpu_hours", "gpu_count", "charge_start", "charge_end")
+            .iter_rows()
+        )
+        found.append(
+            Finding(file, "gpu_hours_over_capacity", column, reason, group.height, examples, provider)
+        )
+    return found
 
 
 def _plain(path: Path, label: str, stack: contextlib.ExitStack, dialect: Dialect, block: int) -> OpenedFile:

@@ -38,12 +38,21 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TypeVar, cast
+from typing import IO, NamedTuple, TypeVar, cast
 
 import polars as pl
 
 from connectors.csv_records import MAX_RECORD_BYTES, Records, scan
-from connectors.sdk import MONEY, UTC_TIME, BillingBatch, BillingFileError, RefusedRow
+from connectors.sdk import (
+    MONEY,
+    UTC_TIME,
+    BillingBatch,
+    BillingFileError,
+    Finding,
+    RefusedRow,
+    merge_findings,
+)
+from connectors.sdk.billing import FINDING_EXAMPLES
 
 LINE = "_line"
 _K = TypeVar("_K")
@@ -168,14 +177,128 @@ def sane_period(start: pl.Expr, end: pl.Expr) -> pl.Expr:
     return (start >= EARLIEST) & (end <= LATEST) & (end > start) & ((end - start) <= LONGEST_PERIOD)
 
 
-class Checks:
-    """Per-row checks of one frame: each :meth:`add` is a column and an expression true for a bad
-    row; :meth:`split` keeps the first failure of every row and returns the good rows and the
-    refused ones. All expressions run at once, columnar."""
+class Split(NamedTuple):
+    """What :meth:`Checks.split` (and a dialect's ``normalize``) gives: the rows kept, the rows
+    refused, and the findings on the rows kept."""
 
-    def __init__(self, file: str) -> None:
+    rows: pl.DataFrame
+    refused: list[RefusedRow]
+    findings: list[Finding]
+
+
+#: A dialect's ``normalize``: (lines, refused rows, findings on the lines).
+Normalized = Split
+
+#: Literals that exports write for "no value" (SQL engines' ``NULL``, Hive/MySQL dumps' ``\N``):
+#: read as an empty field in every text column, before any check.
+NULL_LITERALS = ("NULL", "null", "Null", "\\N")
+#: Also "no value" where a *number* is optional (pandas and Spark write ``NaN`` for a missing one);
+#: where a number is required, it is "not a number".
+_NAN_LITERALS = ("NaN", "nan", "NAN")
+
+
+def null_literals(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with every text cell that is a null literal (:data:`NULL_LITERALS`) made empty."""
+    text = [c for c, t in frame.schema.items() if t == pl.String and c not in (LINE, "line_key")]
+    if not text:
+        return frame
+    return frame.with_columns(
+        pl.when(pl.col(c).is_in(NULL_LITERALS)).then(pl.lit("")).otherwise(pl.col(c)).alias(c) for c in text
+    )
+
+
+_EXPONENT = r"^([+-]?)(\d*)(?:\.(\d*))?[eE]([+-]?\d{1,3})$"
+#: The largest power of ten a number in exponent form may carry (beyond: "not a number").
+_MAX_EXPONENT = 40
+
+
+def plain_number(text: pl.Expr) -> pl.Expr:
+    """``text`` with a number written with an exponent (``3.2E-05``, as Excel, pandas and Spark
+    write small amounts) rewritten in plain decimal form (``0.000032``) — by moving the decimal
+    point in the text, never through a float; other text unchanged. Columnar."""
+    parts = text.str.extract_groups(_EXPONENT)
+    sign = parts.struct.field("1")
+    whole = parts.struct.field("2")
+    fraction = parts.struct.field("3").fill_null("")
+    exponent = parts.struct.field("4").cast(pl.Int32, strict=False)
+    digits = whole + fraction
+    size = digits.str.len_chars().cast(pl.Int32)
+    point = whole.str.len_chars().cast(pl.Int32) + exponent.clip(-_MAX_EXPONENT, _MAX_EXPONENT)
+    at = point.clip(0, None)  # every branch is computed for every row: no negative length
+    moved = (
+        pl.when(point <= 0)
+        .then(pl.lit("0.") + digits.str.pad_start((size - point).clip(0, None), "0"))
+        .when(point >= size)
+        .then(digits.str.pad_end(at, "0"))
+        .otherwise(digits.str.slice(0, at) + pl.lit(".") + digits.str.slice(at))
+    )
+    usable = exponent.is_not_null() & (exponent.abs() <= _MAX_EXPONENT) & (size > 0)
+    return pl.when(usable).then(sign + moved).otherwise(text)
+
+
+def flexible_time(text: pl.Expr) -> pl.Expr:
+    """``text`` as a UTC datetime, for every form billing exports write: a ``T`` or a space between
+    date and time; minute, second or fractional precision; ``Z``, ``+00:00``, ``+0000`` or no zone
+    (no zone is UTC, as the CUR, FOCUS and Azure specs say); a date alone (midnight UTC). Null when
+    it is none of these."""
+    t = text.str.strip_chars()
+    t = t.str.replace(r"^(\d{4}-\d{2}-\d{2})$", "${1}T00:00:00")
+    t = t.str.replace(r"^(\d{4}-\d{2}-\d{2})[ T]", "${1}T")
+    t = t.str.replace(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2})($|[^:\d])", "${1}:00${2}")
+    t = t.str.replace(r"\s*(?:[Zz]|UTC|GMT)$", "+00:00")
+    t = t.str.replace(r"([+-]\d{2})(\d{2})$", "${1}:${2}")
+    t = t.str.replace(r"([+-]\d{2})$", "${1}:00")
+    t = pl.when(t.str.contains(r"[+-]\d{2}:\d{2}$")).then(t).otherwise(t + pl.lit("+00:00"))
+    parsed = t.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_unit="us")
+    return parsed.dt.convert_time_zone("UTC").cast(UTC_TIME)
+
+
+def canonical(text: pl.Expr, values: Iterable[str], aliases: Mapping[str, str] | None = None) -> pl.Expr:
+    """``text`` as one of ``values``, matched case-insensitively, with spaces, ``-`` and ``_``
+    ignored, or through ``aliases`` (spelling → value, matched the same way); null when it is none
+    of them (and when it is empty)."""
+
+    def key(expr: pl.Expr) -> pl.Expr:
+        return expr.str.to_lowercase().str.replace_all(r"[\s_-]", "")
+
+    table = {_key_text(v): v for v in values}
+    for spelling, value in (aliases or {}).items():
+        table.setdefault(_key_text(spelling), value)
+    return key(text.str.strip_chars()).replace_strict(table, default=None, return_dtype=pl.String)
+
+
+def _key_text(value: str) -> str:
+    return "".join(ch for ch in value.lower() if not ch.isspace() and ch not in "-_")
+
+
+class Checks:
+    """Per-row checks of one frame, all columnar.
+
+    * :meth:`add` registers a **refusal**: the row cannot be booked (its money, currency or charge
+      period cannot be read); :meth:`split` keeps each row's first failure and refuses the row.
+    * :meth:`flag` registers a **finding**: the row is imported, and the rule it breaks is counted
+      per file, rule, column (and provider) with the first rows as examples.
+
+    ``spelled`` maps a frame column to the file's own header, so refusals and findings name the
+    column as the file spells it (an Azure ``UsageDateTime`` read as ``Date``). ``money`` is the
+    row's cost (kept on a refused row, so a run can say what share of the cost it refused) and
+    ``provider`` the row's provider (findings are counted per provider).
+    """
+
+    def __init__(
+        self,
+        file: str,
+        *,
+        spelled: Mapping[str, str] | None = None,
+        money: pl.Expr | None = None,
+        provider: pl.Expr | None = None,
+    ) -> None:
         self.file = file
+        self.spelled = dict(spelled or {})
+        self.money = money
+        self.provider = provider
         self._rules: list[tuple[str, str, pl.Expr]] = []
+        self._flags: list[tuple[str, str, str, pl.Expr]] = []
         self._values: dict[str, pl.Expr] = {}
 
     def value(self, expr: pl.Expr) -> pl.Expr:
@@ -186,13 +309,21 @@ class Checks:
         return pl.col(name)
 
     def add(self, column: str, reason: str, bad: pl.Expr) -> None:
+        """Refuse the rows where ``bad`` holds (only for what makes a row impossible to book)."""
         self._rules.append((column, reason, bad))
 
+    def flag(self, column: str, rule: str, reason: str, bad: pl.Expr) -> None:
+        """Import the rows where ``bad`` holds, and count them as finding ``rule`` on ``column``."""
+        self._flags.append((column, rule, reason, bad))
+
     def decimal(self, column: str, *, negative: bool = True, required: bool = True) -> pl.Expr:
-        """``column`` as Decimal(38, 9); registers the checks: not a number, negative (when not
-        allowed), empty (when required). Returns the parsed expression."""
+        """``column`` as Decimal(38, 9) (exponent forms read exactly, :func:`plain_number`; ``NaN``
+        is no value when optional); registers the refusals: not a number, empty (when required),
+        negative (when not allowed). Returns the parsed expression."""
         text = pl.col(column).str.strip_chars()
-        value = self.value(text.cast(MONEY, strict=False))
+        if not required:
+            text = pl.when(text.is_in(_NAN_LITERALS)).then(pl.lit("")).otherwise(text)
+        value = self.value(plain_number(text).cast(MONEY, strict=False))
         empty = text.is_null() | (text == "")
         self.add(column, "not a number", ~empty & value.is_null())
         if required:
@@ -202,18 +333,15 @@ class Checks:
         return value
 
     def timestamp(self, column: str, *formats: str, required: bool = True) -> pl.Expr:
-        """``column`` as a UTC datetime, trying ``formats`` (strptime) in order; ISO 8601 when none."""
+        """``column`` as a UTC datetime: ``formats`` (strptime) tried first, in order, then every
+        ISO 8601 form exports write (:func:`flexible_time`)."""
         text = pl.col(column).str.strip_chars()
         tried = [
             text.str.to_datetime(fmt, time_zone="UTC", strict=False, time_unit="us") for fmt in formats
-        ] or [text.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")]
-        value = self.value(pl.coalesce(tried).cast(UTC_TIME))
+        ]
+        value = self.value(pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)]))
         empty = text.is_null() | (text == "")
-        self.add(
-            column,
-            "not a timestamp" + (f" ({' or '.join(formats)})" if formats else ""),
-            ~empty & value.is_null(),
-        )
+        self.add(column, "not a timestamp", ~empty & value.is_null())
         if required:
             self.add(column, "empty where a timestamp is required", empty)
         return value
@@ -253,8 +381,9 @@ class Checks:
         self.add(column, "unknown currency code", code.is_null() | ~code.is_in(sorted(set(known))))
         return code
 
-    def split(self, frame: pl.DataFrame, parsed: dict[str, pl.Expr]) -> tuple[pl.DataFrame, list[RefusedRow]]:
-        """(rows that passed every check with ``parsed`` columns added, refused rows)."""
+    def split(self, frame: pl.DataFrame, parsed: dict[str, pl.Expr]) -> Split:
+        """(rows that passed every refusal with ``parsed`` columns added, refused rows, findings on
+        the rows kept)."""
         code = pl.lit(None, dtype=pl.Int32)
         for index in reversed(range(len(self._rules))):
             code = (
@@ -264,15 +393,62 @@ class Checks:
             )
         for name, value in self._values.items():  # in order: a value may use an earlier one
             frame = frame.with_columns(value.alias(name))
-        tagged = frame.with_columns(code.alias("_bad"), *(e.alias(n) for n, e in parsed.items()))
+        extra = {"_bad": code}
+        if self.money is not None:
+            extra["_money"] = self.money
+        if self.provider is not None:
+            extra["_provider"] = self.provider
+        flags = {f"_flag_{i}": bad.fill_null(False) for i, (*_, bad) in enumerate(self._flags)}
+        tagged = frame.with_columns(
+            *(e.alias(n) for n, e in extra.items()),
+            *(e.alias(n) for n, e in flags.items()),
+            *(e.alias(n) for n, e in parsed.items()),
+        )
         tagged = tagged.drop(list(self._values))
         bad = tagged.filter(pl.col("_bad").is_not_null())
         refused = []
-        for row in bad.drop(list(parsed)).iter_rows(named=True):
+        helpers = [*parsed, *flags, "_provider"]
+        for row in bad.drop([c for c in helpers if c in bad.columns]).iter_rows(named=True):
             column, reason, _rule = self._rules[row.pop("_bad")]
+            cost = row.pop("_money", None)
             found = row.get(column)
-            refused.append(RefusedRow(self.file, row.get(LINE), column, f"{reason}: {found!r}", _raw(row)))
-        return tagged.filter(pl.col("_bad").is_null()).drop("_bad"), refused
+            refused.append(
+                RefusedRow(self.file, row.get(LINE), self._name(column), f"{reason}: {found!r}", _raw(row), cost)
+            )
+        good = tagged.filter(pl.col("_bad").is_null())
+        findings = self._findings(good, list(flags))
+        kept = good.drop(["_bad", *(c for c in ("_money", "_provider") if c in extra), *flags])
+        return Split(kept, refused, findings)
+
+    def _name(self, column: str) -> str:
+        return self.spelled.get(column, column)
+
+    def _findings(self, good: pl.DataFrame, flags: list[str]) -> list[Finding]:
+        """One finding per flag, column and provider that holds on some kept row (count and the
+        first rows as examples)."""
+        if not flags or good.is_empty():
+            return []
+        counts = good.select(pl.col(flags).sum()).row(0)
+        findings: list[Finding] = []
+        for (column, rule, reason, _bad), name, count in zip(self._flags, flags, counts, strict=True):
+            if not count:
+                continue
+            value = pl.col(column).cast(pl.String) if column in good.columns else pl.lit(None, pl.String)
+            provider = pl.col("_provider") if "_provider" in good.columns else pl.lit(None, pl.String)
+            hits = good.filter(pl.col(name)).select(
+                pl.col(LINE) if LINE in good.columns else pl.lit(None, pl.Int64).alias(LINE),
+                value.alias("_value"),
+                provider.cast(pl.String).alias("_provider"),
+            )
+            groups = hits.group_by("_provider", maintain_order=True).agg(
+                pl.len().alias("n"), pl.col(LINE).head(FINDING_EXAMPLES), pl.col("_value").head(FINDING_EXAMPLES)
+            )
+            for group_provider, n, lines, values in groups.iter_rows():
+                examples = tuple((line, None if v is None else str(v)[:200]) for line, v in zip(lines, values, strict=True))
+                findings.append(
+                    Finding(self.file, rule, self._name(column), reason, int(n), examples, group_provider)
+                )
+        return merge_findings(findings)
 
 
 def _raw(row: dict[str, object]) -> str:

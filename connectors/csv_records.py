@@ -18,7 +18,9 @@ count) — a well-formed chunk costs no Python per line at all:
   **that line alone is refused and reading resynchronises on the next line**, so the good records
   after a stray quote still land (the lines of a field cut by truncation are then refused one by
   one, each for its own shape);
-* blank lines are no records (skipped, not counted).
+* blank lines are no records (skipped, not counted);
+* a record one field short is read with its last field empty: exports written by tools that drop
+  a trailing empty field (a CUR of 131 columns whose records hold 130) lose no row for it.
 
 Multi-line records (rare) are parsed here, never by Polars: the chunk Polars reads holds
 single-line records only. Everything is numbered by physical line, the header being line 1 (a
@@ -104,7 +106,7 @@ def scan(
     special = [
         (i, blank, raw[i].count(b'"') % 2 == 1 if quoting else False, quoting, fields)
         for i, blank, quoting, fields in shapes.filter(
-            pl.col("blank") | pl.col("quoting") | (pl.col("fields") != width)
+            pl.col("blank") | pl.col("quoting") | ~pl.col("fields").is_in([width, width - 1])
         ).iter_rows()
     ]
     del lines, marked, shapes
@@ -211,6 +213,8 @@ def _multi(raw: list[bytes], o: int, j: int | None, width: int, sep: str, final:
         records = list(csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True))
     except csv.Error as exc:
         return f"an unbalanced quote: the quoted field opened on this line closes into no record ({exc})"
+    if len(records) == 1 and len(records[0]) == width - 1:
+        return [*records[0], ""]  # the trailing empty field left out (see scan)
     if len(records) != 1 or len(records[0]) != width:
         fields = sum(len(r) for r in records)
         return (

@@ -105,7 +105,7 @@ import polars as pl
 from pydantic import Field
 
 from connectors.billing_driver import Dialect, ExportFile, OpenedFile, Period, read_file, read_files
-from connectors.billing_io import BLOCK_BYTES, LINE, Checks, require_columns, sane_period, sha1_keys
+from connectors.billing_io import BLOCK_BYTES, LINE, Checks, Normalized, require_columns, sane_period, sha1_keys
 from connectors.billing_stores import local_export_files, local_file
 from connectors.sdk import (
     BILLING_CURRENCIES,
@@ -281,14 +281,14 @@ class _FocusFile:
     def __init__(self, file: str, version: str, period: Period | None, gpu_resources: list[str]) -> None:
         self.file, self.version, self.period, self.gpu_resources = file, version, period, gpu_resources
 
-    def normalize(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    def normalize(self, frame: pl.DataFrame) -> Normalized:
         frame = frame.with_columns(
             pl.lit(None, dtype=pl.String).alias(c)
             for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, *_EXTENSIONS)
             if c not in frame.columns
         )
-        lines, refused = _normalize(frame, self.file, self.gpu_resources)
-        return lines.with_columns(pl.lit(self.file).alias("source_file")), refused
+        lines, refused, findings = _normalize(frame, self.file, self.gpu_resources)
+        return lines.with_columns(pl.lit(self.file).alias("source_file")), refused, findings
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         del key  # the record's hash, which says nothing to a reader
@@ -410,7 +410,7 @@ def _line_keys(frame: pl.DataFrame) -> pl.Series:
 
 def _normalize(
     frame: pl.DataFrame, file: str, gpu_resources: list[str]
-) -> tuple[pl.DataFrame, list[RefusedRow]]:
+) -> Normalized:
     """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``)
     and the refused rows; a repeated record is the driver's to refuse (by ``line_key``)."""
     frame = frame.with_columns(_line_keys(frame).alias("line_key"))
@@ -458,9 +458,9 @@ def _normalize(
     billing = (parsed["_period_start"], parsed["_period_end"])
     checks.period("BillingPeriodStart", *billing)
     checks.within("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1], billing, "its billing period")
-    good, refused = checks.split(frame, parsed)
+    good, refused, findings = checks.split(frame, parsed)
 
-    return _map(good, gpu_resources), refused
+    return _map(good, gpu_resources), refused, findings
 
 
 #: ISO 8601 as FOCUS writes it (``2025-09-01T00:00:00Z``), with fractions or an offset, and the

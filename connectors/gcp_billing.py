@@ -81,6 +81,8 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Checks,
+    Normalized,
+    Split,
     check_explicit,
     export_files,
     file_kind,
@@ -414,11 +416,12 @@ class GcpBillingConnector:
         )
         nested = pl.DataFrame(records, schema=_BQ_FRAME)
         frame = _from_nested(nested, file).join(keys, on=LINE, how="left")
-        lines, refused = normalize(frame, file)
+        lines, refused, findings = normalize(frame, file)
         return BillingBatch(
             lines=lines,
             source_file=file,
             refused=refused,
+            findings=findings,
             read=len(records),
             period_start=start.astimezone(dt.UTC),
             period_end=end.astimezone(dt.UTC),
@@ -531,7 +534,7 @@ class GcpExportDialect(Dialect):
         columns: set[str] = set()
         for frame, _refused in opened.chunks(self.chunk_rows):
             columns.update(c for c in frame.columns if c not in (LINE, "line_key"))
-            good, _bad = _checks(_flat(frame, opened.label, opened.format), opened.label)
+            good = _checks(_flat(frame, opened.label, opened.format), opened.label).rows
             chunk_facts = _file_facts(good, *self.window)
             facts = chunk_facts if facts is None else _merge_facts(facts, chunk_facts)
         if opened.format == "jsonl":
@@ -550,9 +553,9 @@ class _GcpFile:
     def __init__(self, file: str, form: Format, facts: pl.DataFrame) -> None:
         self.file, self.format, self.facts = file, form, facts
 
-    def normalize(self, chunk: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
-        good, refused = _checks(_flat(chunk, self.file, self.format), self.file)
-        return _to_lines(good, self.file, self.facts), refused
+    def normalize(self, chunk: pl.DataFrame) -> Normalized:
+        good, refused, findings = _checks(_flat(chunk, self.file, self.format), self.file)
+        return _to_lines(good, self.file, self.facts), refused, findings
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
@@ -747,23 +750,23 @@ def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def normalize(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """The flat text frame → (``BILLING_SCHEMA`` lines, refused rows), its rows' resources seen in
-    it alone (a query's page)."""
-    good, refused = check(frame, file)
-    return _to_lines(good, file, resource_facts(good)), refused
+def normalize(frame: pl.DataFrame, file: str) -> Normalized:
+    """The flat text frame → (``BILLING_SCHEMA`` lines, refused rows, findings), its rows'
+    resources seen in it alone (a query's page)."""
+    good, refused, findings = check(frame, file)
+    return _to_lines(good, file, resource_facts(good)), refused, findings
 
 
-def check(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
+def check(frame: pl.DataFrame, file: str) -> Split:
     """:func:`_checks`, then a line seen twice in the frame is refused (a query's page; a file's
     chunk has the driver refuse them)."""
-    good, refused = _checks(frame, file)
+    good, refused, findings = _checks(frame, file)
     good, duplicates = refuse_duplicates(good, file)
-    return good, [*refused, *duplicates]
+    return Split(good, [*refused, *duplicates], findings)
 
 
-def _checks(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, list[RefusedRow]]:
-    """The flat text frame → (good rows with their parsed values, refused rows)."""
+def _checks(frame: pl.DataFrame, file: str) -> Split:
+    """The flat text frame → (good rows with their parsed values, refused rows, findings)."""
     parts = _credit_parts(frame)
     frame = frame.join(parts, on=LINE, how="left")
     checks = Checks(file)

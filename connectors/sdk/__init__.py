@@ -5,7 +5,7 @@ The service depends on it; it depends on no service module (tests/test_import_di
 
 - ``metrics``: ``MetricsConnector`` Protocol, ``SampleBatch``, ``DeviceInfo``, ``WorkloadInfo``,
   ``Sampling``, ``SAMPLE_SCHEMA``;
-- ``billing``: ``BillingSource`` Protocol, ``BillingBatch``, ``BILLING_SCHEMA``, ``RefusedRow``,
+- ``billing``: ``BillingSource`` Protocol, ``BillingBatch``, ``BILLING_SCHEMA``, ``RefusedRow``, ``Finding``,
   ``BillingFileError``, ``BillingConfig``;
 - ``config``: ``ConnectorConfig``; ``errors``: ``ConnectorStatus`` and the error classes;
 - ``units``: metric keys and their units; ``currencies``: ISO 4217 codes; ``timeutil``: UTC helpers.
@@ -59,10 +59,12 @@ if TYPE_CHECKING:  # the lazy names below, typed for mypy and editors
         BillingFileError,
         BillingSource,
         ChargeCategory,
+        Finding,
         PricingModel,
         RefusedRow,
         conform,
         empty_lines,
+        merge_findings,
     )
     from connectors.sdk.metrics import SAMPLE_SCHEMA
 
@@ -79,10 +81,12 @@ _LAZY: dict[str, str] = {
             "BillingFileError",
             "BillingSource",
             "ChargeCategory",
+            "Finding",
             "PricingModel",
             "RefusedRow",
             "conform",
             "empty_lines",
+            "merge_findings",
         ),
         "connectors.sdk.billing",
     ),
@@ -136,8 +140,10 @@ __all__ = [
     "BillingFileError",
     "BillingSource",
     "ChargeCategory",
+    "Finding",
     "PricingModel",
     "RefusedRow",
     "conform",
     "empty_lines",
+    "merge_findings",
 ]

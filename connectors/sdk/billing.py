@@ -19,6 +19,7 @@ for the same work; PyArrow alone has no expression language for the normalizatio
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -94,11 +95,55 @@ class RefusedRow:
     column: str | None
     reason: str
     raw: str | None = None
+    cost: Decimal | None = None  # the row's cost when it could be read (a run's refused-cost share)
 
     def message(self) -> str:
         where = f"{self.file}, line {self.line}" if self.line is not None else self.file
         column = f', column "{self.column}"' if self.column else ""
         return f"{where}{column}: {self.reason}"
+
+
+#: How many example rows a :class:`Finding` keeps (its count is the whole of them).
+FINDING_EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A data-quality finding: rows that were *imported* although they break a rule (an unknown
+    enum value, a negative usage quantity, GPU-hours beyond the instance's GPUs × hours…).
+
+    Findings are counted, not listed: one per (file, rule, column) of a batch, with the number of
+    rows and the first few as examples (line, value as written). A row is refused only when its
+    money cannot be booked (see docs/billing.md, "Refuse or flag"); everything else is a finding.
+    """
+
+    file: str
+    rule: str  # a stable identifier: unknown_value, negative_usage, gpu_hours_over_capacity…
+    column: str | None  # the column as the file spells it
+    reason: str  # for a person: "not one of One-Time, Recurring, Usage-Based"
+    count: int
+    examples: tuple[tuple[int | None, str | None], ...] = ()  # (line, value) of the first rows
+    provider: str | None = None  # the rows' provider, where the file holds several (FOCUS)
+
+    def message(self) -> str:
+        column = f', column "{self.column}"' if self.column else ""
+        lines = ", ".join(str(line) for line, _ in self.examples if line is not None)
+        where = f" (line {lines}{', …' if self.count > len(self.examples) else ''})" if lines else ""
+        return f"{self.file}{column}: {self.reason} — {self.count} row(s){where} [{self.rule}]"
+
+
+def merge_findings(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with those of one (file, rule, column, reason) added up (examples: the first)."""
+    merged: dict[tuple[str, str, str | None, str, str | None], Finding] = {}
+    for f in findings:
+        key = (f.file, f.rule, f.column, f.reason, f.provider)
+        held = merged.get(key)
+        if held is None:
+            merged[key] = f
+            continue
+        examples = (*held.examples, *f.examples)[:FINDING_EXAMPLES]
+        merged[key] = Finding(f.file, f.rule, f.column, f.reason, held.count + f.count, examples, f.provider)
+    return list(merged.values())
 
 
 @dataclass(slots=True)
@@ -107,6 +152,7 @@ class BillingBatch:
 
     ``read`` counts source rows; ``skipped`` those dropped by a documented rule (counted per
     reason in ``skipped_reasons``): ``read == lines.height + len(refused) + skipped``.
+    ``findings``: rules the accepted lines break (counted per rule and column; they are imported).
 
     What a re-import replaces: when the file names the billing period it covers
     (``period_start``/``period_end``: a CUR billing period, an Azure export's month), the ingestor
@@ -125,6 +171,7 @@ class BillingBatch:
     period_start: dt.datetime | None = None
     period_end: dt.datetime | None = None
     assembly_id: str | None = None
+    findings: list[Finding] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         accounted = self.lines.height + len(self.refused) + self.skipped

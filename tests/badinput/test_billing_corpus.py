@@ -167,10 +167,13 @@ CASES = [
          [(4, None, END_INSIDE)], [2, 3]),
     Case("cur2-long-row", "aws_cur", "cur.csv", lambda: on_line(cur2(), 3, lambda b: b + b",extra"), 0,
          (3, 2, 1), [(3, None, "the record has 61 fields, more than the header's 60")], [2, 4]),
-    Case("cur2-short-row", "aws_cur", "cur.csv", lambda: on_line(cur2(), 4, lambda b: b[: b.rindex(b',"')]),
+    Case("cur2-one-field-short", "aws_cur", "cur.csv", lambda: on_line(cur2(), 4, lambda b: b[: b.rindex(b',"')]),
+         0, (3, 3, 0), [], [2, 3, 4]),
+    Case("cur2-short-row", "aws_cur", "cur.csv",
+         lambda: on_line(cur2(), 4, lambda b: b[: b.rindex(b",", 0, b.rindex(b',"'))]),
          0, (3, 2, 1),
-         [(4, "cost_category", "the record has fewer fields than the header (truncated?): no value from"
-           " 'cost_category' on")], [2, 3]),
+         [(4, "resource_tags", "the record has fewer fields than the header (truncated?): no value from"
+           " 'resource_tags' on")], [2, 3]),
     Case("cur2-misquoted-field", "aws_cur", "cur.csv",
          lambda: replace(cur2(), b",Anniversary,", b',"Anniver"sary,', 1), 0, (3, 2, 1),
          [(2, None, MISQUOTED)], [3, 4]),
@@ -208,8 +211,7 @@ CASES = [
     Case("cur2-bad-billing-period", "aws_cur", "cur.csv",
          lambda: with_field(CUR2, 3, "bill_billing_period_start_date", "yesterday"), 0, (3, 2, 1),
          [(3, "bill_billing_period_start_date",
-           "not a timestamp (%Y-%m-%dT%H:%M:%SZ or %Y-%m-%dT%H:%M:%S%.fZ or %Y-%m-%dT%H:%M:%S%z or "
-           "%Y-%m-%d %H:%M:%S): 'yesterday'")], [2, 4]),
+           "not a timestamp: 'yesterday'")], [2, 4]),
     Case("cur2-duplicate-line-id", "aws_cur", "cur.csv",
          rows_of(CUR2, lambda rows: rows.append(dict(rows[0]))), 0, (4, 3, 1),
          [(5, "identity_line_item_id", "repeated line item id and usage start:"
@@ -296,9 +298,7 @@ CASES = [
          [(3, "ChargePeriodEnd", "ends after its billing period by more than 1 day: '2025-11-02T00:00:00Z'")], [2, 4]),
     Case("focus-billing-period-yesterday", "focus", "focus.csv",
          lambda: with_field(FOCUS, 2, "BillingPeriodStart", "yesterday"), 0, (3, 2, 1),
-         [(2, "BillingPeriodStart", "not a timestamp (%Y-%m-%dT%H:%M:%SZ or %Y-%m-%dT%H:%M:%S%.fZ or"
-           " %Y-%m-%dT%H:%M:%S%:z or %Y-%m-%dT%H:%M:%S%.f%:z or %Y-%m-%d %H:%M:%S or %Y-%m-%d %H:%M:%S%.f):"
-           " 'yesterday'")], [3, 4]),
+         [(2, "BillingPeriodStart", "not a timestamp: 'yesterday'")], [3, 4]),
     Case("focus-billing-period-9999", "focus", "focus.csv",
          lambda: with_field(FOCUS, 4, "BillingPeriodEnd", "9999-01-01T00:00:00Z"), 0, (3, 2, 1),
          [(4, "BillingPeriodStart", BAD_PERIOD)], [2, 3]),

@@ -170,14 +170,15 @@ def test_a_file_of_two_billing_periods_carries_their_span_on_every_batch(tmp_pat
         pl.col("ChargePeriodStart").str.replace("2025-09-", "2025-10-"),
         pl.col("ChargePeriodEnd").str.replace("2025-09-", "2025-10-").str.replace("2025-10-01", "2025-10-31"),
     )
-    # An unreadable period on one record does not make the span: that record is refused alone.
+    # A period that cannot be one (two months) on one record does not make the span: that record is
+    # refused alone.
     bad = frame.head(1).with_columns(pl.lit("2025-12-01").alias("BillingPeriodEnd"))
     path = tmp_path / "focus.csv"
     pl.concat([frame.head(100), bad, october]).write_csv(path)
     got = batches(read(path, chunk_rows=7))
     assert len(got) >= 14  # 121 records, cut by size
     assert all((b.period_start, b.period_end) == (SEP, NOV) for b in got)  # known from the first batch on
-    assert [(r.line, r.column) for b in got for r in b.refused] == [(102, "BillingPeriodEnd")]
+    assert [(r.line, r.column) for b in got for r in b.refused] == [(102, "BillingPeriodStart")]
     assert sum(b.lines.height for b in got) == 120
     # read for a window overlapping either month, not for another one
     assert len(batches(read(path, chunk_rows=7, window=(OCT, NOV)))) == len(got)
