@@ -293,6 +293,7 @@ def read_file(
                 duplicates = Duplicates()
             lines, bad, findings = reader.normalize(frame)
             lines, repeated = duplicates.refuse(lines, reader)
+            lines = conform(lines)
             findings = merge_findings([*findings, *capacity_findings(lines, label, reader)])
             refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
             read, accepted, refused_count = (
@@ -301,7 +302,7 @@ def read_file(
                 refused_count + len(refused),
             )
             yield BillingBatch(
-                lines=conform(lines),
+                lines=lines,
                 source_file=label,
                 refused=refused,
                 read=batch_read,

@@ -207,35 +207,6 @@ def null_literals(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-_EXPONENT = r"^([+-]?)(\d*)(?:\.(\d*))?[eE]([+-]?\d{1,3})$"
-#: The largest power of ten a number in exponent form may carry (beyond: "not a number").
-_MAX_EXPONENT = 40
-
-
-def plain_number(text: pl.Expr) -> pl.Expr:
-    """``text`` with a number written with an exponent (``3.2E-05``, as Excel, pandas and Spark
-    write small amounts) rewritten in plain decimal form (``0.000032``) — by moving the decimal
-    point in the text, never through a float; other text unchanged. Columnar."""
-    parts = text.str.extract_groups(_EXPONENT)
-    sign = parts.struct.field("1")
-    whole = parts.struct.field("2")
-    fraction = parts.struct.field("3").fill_null("")
-    exponent = parts.struct.field("4").cast(pl.Int32, strict=False)
-    digits = whole + fraction
-    size = digits.str.len_chars().cast(pl.Int32)
-    point = whole.str.len_chars().cast(pl.Int32) + exponent.clip(-_MAX_EXPONENT, _MAX_EXPONENT)
-    at = point.clip(0, None)  # every branch is computed for every row: no negative length
-    moved = (
-        pl.when(point <= 0)
-        .then(pl.lit("0.") + digits.str.pad_start((size - point).clip(0, None), "0"))
-        .when(point >= size)
-        .then(digits.str.pad_end(at, "0"))
-        .otherwise(digits.str.slice(0, at) + pl.lit(".") + digits.str.slice(at))
-    )
-    usable = exponent.is_not_null() & (exponent.abs() <= _MAX_EXPONENT) & (size > 0)
-    return pl.when(usable).then(sign + moved).otherwise(text)
-
-
 def flexible_time(text: pl.Expr) -> pl.Expr:
     """``text`` as a UTC datetime, for every form billing exports write: a ``T`` or a space between
     date and time; minute, second or fractional precision; ``Z``, ``+00:00``, ``+0000`` or no zone
@@ -317,13 +288,14 @@ class Checks:
         self._flags.append((column, rule, reason, bad))
 
     def decimal(self, column: str, *, negative: bool = True, required: bool = True) -> pl.Expr:
-        """``column`` as Decimal(38, 9) (exponent forms read exactly, :func:`plain_number`; ``NaN``
-        is no value when optional); registers the refusals: not a number, empty (when required),
-        negative (when not allowed). Returns the parsed expression."""
+        """``column`` as Decimal(38, 9), parsed from the text (exponent forms such as ``3.2E-05``
+        too, exactly, never through a float; ``NaN`` is no value when optional); registers the
+        refusals: not a number, empty (when required), negative (when not allowed). Returns the
+        parsed expression."""
         text = pl.col(column).str.strip_chars()
         if not required:
             text = pl.when(text.is_in(_NAN_LITERALS)).then(pl.lit("")).otherwise(text)
-        value = self.value(plain_number(text).cast(MONEY, strict=False))
+        value = self.value(text.cast(MONEY, strict=False))  # Polars reads 3.2E-05 exactly, too
         empty = text.is_null() | (text == "")
         self.add(column, "not a number", ~empty & value.is_null())
         if required:
@@ -336,9 +308,7 @@ class Checks:
         """``column`` as a UTC datetime: ``formats`` (strptime) tried first, in order, then every
         ISO 8601 form exports write (:func:`flexible_time`)."""
         text = pl.col(column).str.strip_chars()
-        tried = [
-            text.str.to_datetime(fmt, time_zone="UTC", strict=False, time_unit="us") for fmt in formats
-        ]
+        tried = [text.str.to_datetime(fmt, time_zone="UTC", strict=False, time_unit="us") for fmt in formats]
         value = self.value(pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)]))
         empty = text.is_null() | (text == "")
         self.add(column, "not a timestamp", ~empty & value.is_null())
@@ -413,7 +383,9 @@ class Checks:
             cost = row.pop("_money", None)
             found = row.get(column)
             refused.append(
-                RefusedRow(self.file, row.get(LINE), self._name(column), f"{reason}: {found!r}", _raw(row), cost)
+                RefusedRow(
+                    self.file, row.get(LINE), self._name(column), f"{reason}: {found!r}", _raw(row), cost
+                )
             )
         good = tagged.filter(pl.col("_bad").is_null())
         findings = self._findings(good, list(flags))
@@ -441,10 +413,14 @@ class Checks:
                 provider.cast(pl.String).alias("_provider"),
             )
             groups = hits.group_by("_provider", maintain_order=True).agg(
-                pl.len().alias("n"), pl.col(LINE).head(FINDING_EXAMPLES), pl.col("_value").head(FINDING_EXAMPLES)
+                pl.len().alias("n"),
+                pl.col(LINE).head(FINDING_EXAMPLES),
+                pl.col("_value").head(FINDING_EXAMPLES),
             )
             for group_provider, n, lines, values in groups.iter_rows():
-                examples = tuple((line, None if v is None else str(v)[:200]) for line, v in zip(lines, values, strict=True))
+                examples = tuple(
+                    (line, None if v is None else str(v)[:200]) for line, v in zip(lines, values, strict=True)
+                )
                 findings.append(
                     Finding(self.file, rule, self._name(column), reason, int(n), examples, group_provider)
                 )

@@ -19,13 +19,14 @@ for the same work; PyArrow alone has no expression language for the normalizatio
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import polars as pl
+from pydantic import Field
 
 from connectors.sdk.config import ConnectorConfig
 
@@ -193,13 +194,26 @@ class BillingFileError(Exception):
 
 
 class BillingConfig(ConnectorConfig):
-    """Keys every billing connector has: where the export files are.
+    """Keys every billing connector has: where the export files are, and when a run that
+    imported is still not ``OK``.
 
     ``path``: a local directory (read recursively) or file; ``s3://bucket/prefix``, Azure Blob
     and BigQuery sources are keys of the connectors that support them.
     """
 
     path: str | None = None
+    max_refused_rows_pct: float = Field(1.0, ge=0, le=100)
+    """A run that refuses more than this percentage of the rows it read (refused ÷ read, skipped
+    rows counted in read) ends ``DEGRADED``, not ``OK``: its lines are imported and the watermark
+    moves, but the status, ``last_error`` and ``gpu-ledger ingest``'s exit code (3, unless
+    ``--allow-degraded``) say so. 100 turns the check off."""
+    max_refused_cost_pct: float = Field(0.5, ge=0, le=100)
+    """A run whose refused rows carry more than this percentage of the cost ends ``DEGRADED``:
+    |refused cost| ÷ (|accepted billed cost| + |refused cost|), amounts as the export wrote them
+    (magnitudes, so a credit does not cancel a charge; currencies not converted — a share, not
+    an amount). Only refused rows whose cost could be read count. 100 turns the check off.
+    A file with rows to import (read − skipped > 0) and none accepted makes a run ``DEGRADED``
+    whatever the thresholds."""
 
 
 @runtime_checkable
