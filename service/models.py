@@ -302,6 +302,8 @@ class ConnectorRun(SQLModel, table=True):
     owner_host: str | None = Field(default=None, max_length=255)
     owner_pid: int | None = None
     owner_lock: int | None = None
+    # data-quality findings of the run: rows imported although they break a rule (billing)
+    findings: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class Rejection(SQLModel, table=True):
@@ -317,6 +319,35 @@ class Rejection(SQLModel, table=True):
     field: str | None = Field(default=None, max_length=100)
     reason: str = Field(sa_column=Column(Text, nullable=False))
     raw: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class DataQualityFinding(SQLModel, table=True):
+    """Rows of one export file that were imported although they break a rule
+    (``connectors.billing.Finding``): counted per (rule, column, reason, provider), with the first
+    few as examples. A file's findings are replaced with its lines when it is imported again."""
+
+    __tablename__ = "data_quality_finding"
+    __table_args__ = (
+        Index("ix_data_quality_finding_file", "connector", "source_file"),
+        Index("ix_data_quality_finding_period", "period_start"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    connector: str = Field(max_length=100, description="the billing connector instance")
+    run_id: int = Field(index=True, description="the connector_run that imported the file")
+    source_file: str = Field(max_length=1000)
+    provider: str | None = Field(default=None, max_length=32, description="where a file holds several")
+    rule: str = Field(max_length=60, description="stable snake_case id: unknown_value, negative_usage…")
+    column_name: str | None = Field(default=None, max_length=200, description="as the file spells it")
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    count: int = Field(description="rows imported that break the rule")
+    examples: str = Field(
+        sa_column=Column(Text, nullable=False), description='JSON list of {"line": n, "value": text}'
+    )
+    # the file's billing period, else the window of the run that read it
+    period_start: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    period_end: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    recorded_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
 # --- push staging: what node agents sent, before the `agent` connector ingests it --------------

@@ -20,6 +20,11 @@ class ConnectorStatus(StrEnum):
     )
     FAILED_CONNECTION = "FAILED_CONNECTION"  # network/auth/5xx: check reachability and credentials; retried
     PARSE_ERROR = "PARSE_ERROR"  # the source sent data we could not read; see last_error and rejections
+    # the run imported, but refused more rows or cost than the connector's thresholds allow
+    # (``max_refused_rows_pct``, ``max_refused_cost_pct``), or a file with rows had none accepted:
+    # last_error says which; the watermark moved (what landed is in) — look at the rejections
+    # (``rejection`` table, run id in the ingest summary), fix the export or the parser, re-run
+    DEGRADED = "DEGRADED"
     # a bug in GPU Ledger or the connector (an unexpected exception): not the source's fault and not
     # retried as a connection failure; report it with the traceback from the log (the next
     # regular run tries again)
