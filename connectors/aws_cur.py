@@ -144,9 +144,13 @@ from connectors.billing_io import (
     LINE,
     Checks,
     Normalized,
+    Split,
+    canonical,
     check_explicit,
+    flexible_time,
     require_columns,
     sane_period,
+    sha1_keys,
 )
 from connectors.billing_stores import LocalTree, S3Prefix
 from connectors.cloud import auth_error, permission_error
@@ -574,13 +578,16 @@ class CurDialect(Dialect):
 class _CurFile:
     def __init__(self, file: str, layout: _Layout, period: Period | None) -> None:
         self.file, self.layout, self.period = file, layout, period
+        #: the usage amount as the file spells it: the driver names it in GPU-hour findings
+        self.quantity_column = layout.spelled("line_item_usage_amount")
 
     def normalize(self, chunk: pl.DataFrame) -> Normalized:
         return _normalize(chunk, self.layout, self.file, self.period or (None, None))
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
-        del first  # the key names the line item and hour
         column = self.layout.spelled("identity_line_item_id")
+        if key.startswith("sha1:"):  # a record without a line item id, keyed by its fields
+            return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
         return RefusedRow(self.file, line, column, f"repeated line item id and usage start: {key!r}", key)
 
     def finish(self, read: int, accepted: int, refused: int) -> None:
@@ -641,14 +648,7 @@ def _content_period(chunk: pl.DataFrame, layout: _Layout) -> tuple[dt.datetime |
         return None, None
     parsed = chunk.select(
         *(
-            pl.coalesce(
-                [
-                    _text(layout.col(c)).str.to_datetime(f, time_zone="UTC", strict=False)
-                    for f in _TIME_FORMATS
-                ]
-            )
-            .cast(UTC_TIME)
-            .alias(c)
+            _time(_text(layout.col(c))).alias(c)
             for c in ("bill_billing_period_start_date", "bill_billing_period_end_date")
         )
     )
@@ -712,6 +712,65 @@ def _canonical_tags(texts: pl.Series) -> dict[str, str | None]:
 
 # ---- one chunk → billing lines
 
+#: Money columns that make the effective cost of some line item types (and of no other): an
+#: unreadable value refuses those rows only; on any other row it is a finding.
+_EFFECTIVE_INPUTS: dict[str, tuple[str, ...]] = {
+    "reservation_effective_cost": (DISCOUNTED,),
+    "reservation_unused_amortized_upfront_fee_for_billing_period": (RI_FEE,),
+    "reservation_unused_recurring_fee": (RI_FEE,),
+    "savings_plan_savings_plan_effective_cost": (COVERED,),
+    "savings_plan_total_commitment_to_date": (SP_RECURRING,),
+    "savings_plan_used_commitment": (SP_RECURRING,),
+}
+
+
+def _time(text: pl.Expr) -> pl.Expr:
+    """A CUR timestamp in any form it is written (``_TIME_FORMATS`` first, then every ISO form:
+    ``2022-07-01 00:00:00.000``, ``2025-09-01 00:00:00+00:00``…), as UTC."""
+    tried = [text.str.to_datetime(f, time_zone="UTC", strict=False, time_unit="us") for f in _TIME_FORMATS]
+    return pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)])
+
+
+def _number(text: pl.Expr) -> pl.Expr:
+    """Decimal money from its text (exponent forms exact); null when it is none."""
+    return text.str.strip_chars().cast(MONEY, strict=False)  # Polars reads 3.2E-05 exactly
+
+
+def _kind(text: pl.Expr) -> pl.Expr:
+    """The line item type as AWS spells it (matched ignoring case, spaces, ``-`` and ``_``); null
+    when it is none AWS documents."""
+    return canonical(text, CATEGORY)
+
+
+def _optional_number(checks: Checks, column: str, refuse: pl.Expr | None) -> pl.Expr:
+    """``column`` as Decimal, empty (or ``NaN``) = null. Text that is no number refuses the row where
+    ``refuse`` holds (the row's money is made of it); elsewhere the row is kept, the value null, and
+    the finding ``not_a_number`` counted."""
+    text = pl.col(column).str.strip_chars()
+    text = pl.when(text.is_in(["NaN", "nan", "NAN"])).then(pl.lit("")).otherwise(text)
+    value = checks.value(_number(text))
+    bad = (text != "") & text.is_not_null() & value.is_null()
+    kept = bad
+    if refuse is not None:
+        checks.add(column, "not a number", bad & refuse)
+        kept = bad & ~refuse
+    checks.flag(column, "not_a_number", "not a number: read as no value", kept)
+    return value
+
+
+def _with_keys(good: pl.DataFrame, line_id: pl.Expr, columns: list[str]) -> pl.DataFrame:
+    """``good`` with ``_key``: ``<line item id>:<usage start>``; a row without a line item id is
+    keyed by ``sha1:`` of its fields (the same record gives the same key in every import, and a
+    record repeated in the file is still refused as a duplicate). Python per such row only."""
+    keyed = good.with_columns((line_id + ":" + pl.col("_start").dt.strftime(_ISO)).alias("_key"))
+    without = keyed.filter(pl.col("_key").is_null())
+    if without.is_empty():
+        return keyed
+    content = without.select(pl.struct(columns).struct.json_encode()).to_series()
+    keys = pl.DataFrame({LINE: without[LINE], "_content_key": sha1_keys(content)})
+    keyed = keyed.join(keys, on=LINE, how="left", maintain_order="left")
+    return keyed.with_columns(pl.coalesce("_key", "_content_key").alias("_key")).drop("_content_key")
+
 
 def _normalize(
     frame: pl.DataFrame,
@@ -719,10 +778,12 @@ def _normalize(
     file: str,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
 ) -> Normalized:
-    """A text chunk → (normalized lines, refused rows, findings); a repeated line key is the driver's to refuse.
+    """A text chunk → (normalized lines, refused rows, findings); a repeated line key is the
+    driver's to refuse.
     ``period``: the file's billing period when its path or manifest names one; else each row's
     ``bill_billing_period_*`` bounds its usage dates."""
     col = layout.col
+    file_columns = [x for x in frame.columns if x != LINE]
     for optional in OPTIONAL:  # absent optional columns: null text under their CUR 2.0 name
         if optional not in layout.names and optional not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias(optional))
@@ -730,12 +791,22 @@ def _normalize(
     c = pl.col
     n = names.__getitem__
 
-    checks = Checks(file)
-    kind = c(n("line_item_line_item_type")).str.strip_chars()
-    checks.add(
-        n("identity_line_item_id"), "empty line item id", _text(c(n("identity_line_item_id"))).is_null()
+    checks = Checks(file, money=_number(c(n("line_item_unblended_cost"))), provider=pl.lit("aws"))
+    kind = _kind(c(n("line_item_line_item_type")))
+    kind_column = n("line_item_line_item_type")
+    checks.flag(
+        kind_column,
+        "unknown_value",
+        "unknown line item type: booked as an adjustment at its unblended cost",
+        kind.is_null(),
     )
-    checks.add(n("line_item_line_item_type"), "unknown line item type", ~kind.is_in(list(CATEGORY)))
+    line_id = n("identity_line_item_id")
+    checks.flag(
+        line_id,
+        "missing_value",
+        "empty line item id: keyed by the record's content",
+        _text(c(line_id)).is_null(),
+    )
     start = checks.timestamp(n("line_item_usage_start_date"), *_TIME_FORMATS)
     end = checks.timestamp(n("line_item_usage_end_date"), *_TIME_FORMATS)
     checks.add(n("line_item_usage_end_date"), "usage end before its start", end < start)
@@ -749,25 +820,29 @@ def _normalize(
     else:
         bounds, what = (row_lo, row_hi), "the row's billing period"
     checks.within(n("line_item_usage_start_date"), start, n("line_item_usage_end_date"), end, bounds, what)
-    amount = checks.decimal(n("line_item_usage_amount"))
-    checks.add(
+    # The usage amount is no money: an unreadable one leaves the line without a quantity (and GPU-hours).
+    amount = _optional_number(checks, n("line_item_usage_amount"), None)
+    usage_line = kind.is_in(_USAGE_TYPES).fill_null(False)
+    checks.flag(
         n("line_item_usage_amount"),
+        "missing_value",
+        "empty usage amount on a usage line",
+        usage_line & _text(c(n("line_item_usage_amount"))).is_null(),
+    )
+    checks.flag(
+        n("line_item_usage_amount"),
+        "negative_usage",
         "negative usage amount on a usage line",
-        kind.is_in(_USAGE_TYPES) & (amount < 0),
+        usage_line & (amount < 0),
     )
     currency = checks.currency(n("line_item_currency_code"), BILLING_CURRENCIES)
     unblended = checks.decimal(n("line_item_unblended_cost"))
-    public = checks.decimal(n("pricing_public_on_demand_cost"), required=False)
-    money: dict[str, pl.Expr] = {}
-    for column in (
-        "reservation_effective_cost",
-        "reservation_unused_amortized_upfront_fee_for_billing_period",
-        "reservation_unused_recurring_fee",
-        "savings_plan_savings_plan_effective_cost",
-        "savings_plan_total_commitment_to_date",
-        "savings_plan_used_commitment",
-    ):
-        money[column] = checks.decimal(n(column), required=False)
+    public = _optional_number(checks, n("pricing_public_on_demand_cost"), None)
+    money: dict[str, pl.Expr] = {
+        # a row whose effective cost is made of the column cannot be booked without it
+        column: _optional_number(checks, n(column), kind.is_in(used_by).fill_null(False))
+        for column, used_by in _EFFECTIVE_INPUTS.items()
+    }
     for needed, when in (
         ("savings_plan_savings_plan_effective_cost", COVERED),
         ("reservation_effective_cost", DISCOUNTED),
@@ -792,7 +867,12 @@ def _normalize(
     ).fill_null("{}")
     if tag_column is not None:
         bad_tags = [k for k, v in distinct.items() if v is None]
-        checks.add(tag_column, "not a JSON object of tags", c(tag_column).is_in(bad_tags))
+        checks.flag(
+            tag_column,
+            "invalid_tags",
+            "not a JSON object of tags: tags dropped",
+            c(tag_column).is_in(bad_tags),
+        )
 
     parsed = {
         "_start": start,
@@ -825,8 +905,11 @@ def _normalize(
         pl.Int32, strict=False
     )
     gpu_count = pl.when(instance_type.is_not_null() & (gpus > 0)).then(gpus)
-    kind = c(n("line_item_line_item_type")).str.strip_chars()
-    category = kind.replace_strict(CATEGORY, default=None, return_dtype=pl.String)
+    # an unknown line item type is booked as an adjustment: its money is on the invoice, and its
+    # meaning (usage? a fee?) is not known, so it prices no GPU-hour and no commitment
+    category = kind.replace_strict(CATEGORY, default=None, return_dtype=pl.String).fill_null(
+        ChargeCategory.ADJUSTMENT.value
+    )
     spot = base_type.str.starts_with("SpotUsage:")
     pricing = (
         pl.when((kind == USAGE) & spot.fill_null(False))
@@ -860,34 +943,29 @@ def _normalize(
         .otherwise(c("_unblended"))
         .cast(MONEY)
     )
-    listed = (
-        pl.when(c("_public").is_not_null())
-        .then(c("_public"))
-        .when(~kind.is_in(_USAGE_TYPES))
-        .then(zero)
-        .cast(MONEY)
-    )
+    listed = pl.when(c("_public").is_not_null()).then(c("_public")).when(~usage_line).then(zero).cast(MONEY)
     unit = _text(col("pricing_unit"))
     in_hours = unit.str.to_lowercase().is_in(["hrs", "hr", "hours", "hour"]).fill_null(False)
     gpu_hours = (
         pl.when(gpu_count.is_null())
         .then(pl.lit(None, dtype=MONEY))
-        .when((category == ChargeCategory.USAGE.value) & in_hours & (kind != NEGATION))
+        .when((category == ChargeCategory.USAGE.value) & in_hours & (kind != NEGATION) & (c("_amount") >= 0))
         .then(c("_amount") * gpu_count)
         .otherwise(zero)
         .cast(MONEY)
     )
+    good = _with_keys(good, _text(col("identity_line_item_id")), file_columns)
     lines = good.select(
         pl.lit(file).alias("source_file"),
         c(LINE).alias("line_no"),
-        (_text(col("identity_line_item_id")) + ":" + c("_start").dt.strftime(_ISO)).alias("line_key"),
+        c("_key").alias("line_key"),
         pl.lit("aws").alias("provider"),
         _text(col("bill_payer_account_id")).alias("billing_account"),
         _text(col("line_item_usage_account_id")).alias("account"),
         c("_start").alias("charge_start"),
         c("_end").alias("charge_end"),
         category.alias("charge_category"),
-        kind.alias("charge_type"),
+        pl.coalesce(kind, _text(c(kind_column))).alias("charge_type"),
         pricing.alias("pricing_model"),
         pl.coalesce(_text(col("savings_plan_savings_plan_a_r_n")), ri_arn).alias("commitment_id"),
         _text(col("line_item_resource_id")).alias("resource_id"),
@@ -906,4 +984,4 @@ def _normalize(
         c("_currency").alias("currency"),
         c("_tags").alias("tags"),
     )
-    return lines, refused, findings
+    return Split(lines, refused, findings)

@@ -15,6 +15,7 @@ import polars as pl
 
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.billing import BillingBatch, BillingFileError
+from connectors.sdk import Finding
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "aws"
 CUR2 = FIXTURES / "cur2_2025-09_daily.csv"
@@ -62,11 +63,10 @@ def test_each_bad_row_is_refused_by_line_and_column(tmp_path: Path) -> None:
     path.write_bytes(broken_cur2())
     (batch,) = read(path)
     assert isinstance(batch, BillingBatch)
-    assert (batch.read, batch.lines.height, len(batch.refused), batch.skipped) == (137, 131, 6, 0)
+    assert (batch.read, batch.lines.height, len(batch.refused), batch.skipped) == (137, 132, 5, 0)
     where = [(r.file, r.line, r.column) for r in batch.refused]
     assert where == [
         (str(path), 3, "line_item_unblended_cost"),
-        (str(path), 5, "line_item_usage_amount"),
         (str(path), 7, "line_item_currency_code"),
         (str(path), 9, "identity_line_item_id"),
         (str(path), 11, "line_item_line_item_description"),
@@ -74,26 +74,37 @@ def test_each_bad_row_is_refused_by_line_and_column(tmp_path: Path) -> None:
     ]
     reasons = [r.reason for r in batch.refused]
     assert reasons[0] == "not a number: '12O.5'"
-    assert reasons[1] == "negative usage amount on a usage line: '-24'"
-    assert reasons[2] == "unknown currency code: 'XYZ'"
-    assert reasons[3].startswith(
+    assert reasons[1] == "unknown currency code: 'XYZ'"
+    assert reasons[2].startswith(
         "repeated line item id and usage start: '718049f58adbc9a968b634db631aa4d758c7e11429f615b59392:"
     )
-    assert reasons[4] == "bytes that are not UTF-8"
-    assert reasons[5].startswith("the record has fewer fields than the header (truncated?)")
-    assert "GB-month" in (batch.refused[4].raw or "")
-    assert batch.refused[1].message() == (
-        f"{path}, line 5, column \"line_item_usage_amount\": negative usage amount on a usage line: '-24'"
-    )
+    assert reasons[3] == "bytes that are not UTF-8"
+    assert reasons[4].startswith("the record has fewer fields than the header (truncated?)")
+    assert "GB-month" in (batch.refused[3].raw or "")
+    # the refused row's cost, where it can be read, comes with it (the run's refused-cost share)
+    assert [r.cost for r in batch.refused[:2]] == [None, Decimal("1320.96")]
+    # A negative usage amount on a usage line (line 5, R1 on demand) is imported and flagged: its
+    # money is the bill's; it counts no GPU-hours (never negative ones).
+    assert batch.findings == [
+        Finding(
+            str(path),
+            "negative_usage",
+            "line_item_usage_amount",
+            "negative usage amount on a usage line",
+            1,
+            ((5, "-24"),),
+            "aws",
+        )
+    ]
+    row5 = batch.lines.filter(pl.col("line_no") == 5).row(0, named=True)
+    assert (row5["usage_quantity"], row5["gpu_hours"], row5["billed_cost"]) == (-24, 0, Decimal("1320.96"))
 
     lines = batch.lines
     assert 3 not in lines["line_no"].to_list() and 2 in lines["line_no"].to_list()
     # Good rows are all there: the totals lose exactly the refused rows
-    # (−1,320.96 negation, 1,320.96 R1, 1,320.96 covered, 924.672 fee, 4.80 + 4.80 EBS).
-    assert lines["billed_cost"].sum() == Decimal("32593.3144") - Decimal("2255.232")
-    assert lines["effective_cost"].sum() == Decimal("32593.3144") - Decimal("1320.96") - Decimal(
-        "924.672"
-    ) - Decimal("9.6")
+    # (−1,320.96 negation, 1,320.96 covered, 924.672 fee, 4.80 + 4.80 EBS).
+    assert lines["billed_cost"].sum() == Decimal("32593.3144") - Decimal("934.272")
+    assert lines["effective_cost"].sum() == Decimal("32593.3144") - Decimal("924.672") - Decimal("9.6")
     assert lines["gpu_hours"].sum() == Decimal(7520 - 192 - 192)
 
 
@@ -158,9 +169,24 @@ def test_legacy_refusals_name_the_legacy_column(tmp_path: Path) -> None:
     assert isinstance(batch, BillingBatch)
     assert [(r.line, r.column, r.reason) for r in batch.refused] == [
         (2, "lineItem/UnblendedCost", "not a number: 'n/a'"),
-        (3, "lineItem/LineItemType", "unknown line item type: 'Mystery'"),
     ]
-    assert batch.read == 137 and batch.lines.height == 135
+    # an unknown line item type is imported (an adjustment at its unblended cost) and flagged,
+    # naming the column as the file spells it
+    assert [(f.rule, f.column, f.count, f.examples) for f in batch.findings] == [
+        ("unknown_value", "lineItem/LineItemType", 1, ((3, "Mystery"),))
+    ]
+    mystery = batch.lines.filter(pl.col("line_no") == 3).row(0, named=True)
+    assert (mystery["charge_type"], mystery["charge_category"], mystery["pricing_model"]) == (
+        "Mystery",
+        "Adjustment",
+        None,
+    )
+    assert (
+        mystery["billed_cost"]
+        == mystery["effective_cost"]
+        == Decimal(body[1][header.index("lineItem/UnblendedCost")])
+    )
+    assert batch.read == 137 and batch.lines.height == 136
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
@@ -184,10 +210,12 @@ def test_covered_usage_without_savings_plan_cost_is_refused(tmp_path: Path) -> N
     (tmp_path / "cur.csv").write_bytes(render(header, body))
     (batch,) = read(tmp_path / "cur.csv")
     assert isinstance(batch, BillingBatch)
-    assert [(r.line, r.column) for r in batch.refused] == [
-        (2, "savings_plan_savings_plan_effective_cost"),
-        (3, "resource_tags"),
+    assert [(r.line, r.column) for r in batch.refused] == [(2, "savings_plan_savings_plan_effective_cost")]
+    # tags that are no JSON object: the row is imported without them, and flagged
+    assert [(f.rule, f.column, f.examples) for f in batch.findings] == [
+        ("invalid_tags", "resource_tags", ((3, "{not json"),))
     ]
+    assert batch.lines.filter(pl.col("line_no") == 3)["tags"].to_list() == ["{}"]
     assert batch.lines.filter(pl.col("charge_type") == "SavingsPlanCoveredUsage")[
         "effective_cost"
     ].sum() == Decimal("26815.488")
