@@ -98,6 +98,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -105,7 +106,17 @@ import polars as pl
 from pydantic import Field
 
 from connectors.billing_driver import Dialect, ExportFile, OpenedFile, Period, read_file, read_files
-from connectors.billing_io import BLOCK_BYTES, LINE, Checks, Normalized, require_columns, sane_period, sha1_keys
+from connectors.billing_io import (
+    BLOCK_BYTES,
+    LINE,
+    Checks,
+    Normalized,
+    canonical,
+    flexible_time,
+    require_columns,
+    sane_period,
+    sha1_keys,
+)
 from connectors.billing_stores import local_export_files, local_file
 from connectors.sdk import (
     BILLING_CURRENCIES,
@@ -156,34 +167,119 @@ MANDATORY: dict[str, tuple[str, ...]] = {
     "1.1": _MANDATORY,
     "1.2": (*_MANDATORY, "ServiceSubcategory"),
 }
+#: The columns without which no line can be booked: a file lacking one is refused whole. Every
+#: other missing Mandatory column is logged, and counted as finding ``missing_column`` on each row
+#: where the mapping reads it (:data:`READ_MANDATORY`).
+REQUIRED: tuple[str, ...] = (
+    "BilledCost", "EffectiveCost", "BillingCurrency", "ChargePeriodStart", "ChargePeriodEnd",
+    "BillingPeriodStart", "BillingPeriodEnd",
+)  # fmt: skip
+#: Mandatory columns whose absence changes the lines booked (category, corrections, list cost,
+#: provider, account) — the others (names, descriptions, pricing quantity) only make them poorer.
+READ_MANDATORY: tuple[str, ...] = (
+    "ChargeCategory",
+    "ChargeClass",
+    "ListCost",
+    "ProviderName",
+    "BillingAccountId",
+)
 
-#: ``ProviderName`` (lower-cased) → the ledger's provider; others keep their lower-cased name.
+#: ``ProviderName`` as a key (lower-cased, every run of other characters than letters and digits one
+#: ``-``) → the ledger's provider; any other provider keeps that key as its name (FOCUS is not only
+#: the three clouds: ``Oracle`` → ``oracle``, ``Alibaba Cloud`` → ``alibaba``, ``Lambda Labs`` →
+#: ``lambda-labs``), cut to the ledger's 32 characters.
 PROVIDERS: dict[str, str] = {
     "aws": "aws",
-    "amazon web services": "aws",
+    "amazon-web-services": "aws",
+    "amazon-web-services-inc": "aws",
     "amazon": "aws",
-    "google cloud": "gcp",
-    "google cloud platform": "gcp",
+    "google-cloud": "gcp",
+    "google-cloud-platform": "gcp",
     "google": "gcp",
     "gcp": "gcp",
     "microsoft": "azure",
-    "microsoft azure": "azure",
+    "microsoft-azure": "azure",
+    "microsoft-corporation": "azure",
     "azure": "azure",
+    "oracle": "oracle",
+    "oracle-cloud": "oracle",
+    "oracle-cloud-infrastructure": "oracle",
+    "oci": "oracle",
+    "alibaba-cloud": "alibaba",
+    "alibaba": "alibaba",
+    "aliyun": "alibaba",
+    "ibm-cloud": "ibm",
+    "ibm": "ibm",
+    "tencent-cloud": "tencent",
+    "huawei-cloud": "huawei",
 }
+#: The providers whose GPU instances the instance catalog knows by name (their other rows are not
+#: searched for GPU words: an AWS or Azure description naming a GPU is an instance, priced by type).
+CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
+#: A provider the row names nowhere (ProviderName, PublisherName and InvoiceIssuerName all empty).
+UNKNOWN_PROVIDER = "unknown"
 PRICING: dict[str, str] = {
     "Standard": PricingModel.ON_DEMAND.value,
     "Dynamic": PricingModel.SPOT.value,
     "Committed": PricingModel.COMMITMENT.value,
     "Other": PricingModel.OTHER.value,
 }
+#: The allowed values of the FOCUS enum columns, matched by :func:`connectors.billing_io.canonical`:
+#: case, spaces, ``-`` and ``_`` ignored (the FinOps sample's Oracle rows write ``Usage-based``).
 CHARGE_CATEGORIES: tuple[str, ...] = tuple(c.value for c in ChargeCategory)
 CHARGE_CLASSES: tuple[str, ...] = ("Correction",)
 CHARGE_FREQUENCIES: tuple[str, ...] = ("One-Time", "Recurring", "Usage-Based")
 COMMITMENT_STATUSES: tuple[str, ...] = ("Used", "Unused")
+COMMITMENT_CATEGORIES: tuple[str, ...] = ("Spend", "Usage")
+CAPACITY_STATUSES: tuple[str, ...] = ("Used", "Unused")
+#: Other spellings read as a ``PricingCategory`` value: the names exports and tools give the same
+#: categories (on-demand = Standard, commitment-based = Committed, spot = Dynamic).
+PRICING_ALIASES: dict[str, str] = {
+    "On-Demand": "Standard",
+    "Commitment-Based": "Committed",
+    "Commitment": "Committed",
+    "Spot": "Dynamic",
+}
+#: Column → (allowed values, aliases): an unknown value is imported and counted as ``unknown_value``.
+ENUMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "ChargeCategory": (CHARGE_CATEGORIES, {}),
+    "ChargeClass": (CHARGE_CLASSES, {}),
+    "ChargeFrequency": (CHARGE_FREQUENCIES, {}),
+    "PricingCategory": (tuple(PRICING), PRICING_ALIASES),
+    "CommitmentDiscountStatus": (COMMITMENT_STATUSES, {}),
+    "CommitmentDiscountCategory": (COMMITMENT_CATEGORIES, {}),
+    "CapacityReservationStatus": (CAPACITY_STATUSES, {}),
+}
+#: How a row whose ``ChargeCategory`` is empty or unknown is booked: its money stays in the totals
+#: (they reconcile to the invoice), but it bills no usage — no GPU-hours, no pricing model, no rate
+#: — and, without a resource, it is reported with the account adjustments. ``charge_type`` keeps
+#: the file's own text, so the line can be found.
+UNKNOWN_CATEGORY = ChargeCategory.ADJUSTMENT.value
 #: ``ConsumedUnit`` spellings in hours (FOCUS UnitFormat says ``Hours``; compared lower-cased).
 HOUR_UNITS: tuple[str, ...] = ("hours", "hour", "hrs", "hr", "h")
+#: A ``ConsumedUnit`` in GPU-hours (``GPU Hours``, ``GPU-Hours``, ``GPU Per Hour``): the row's
+#: quantity already is GPU-hours, whatever the provider.
+GPU_UNIT = r"(?i)^\s*GPUs?[\s_-]*(?:per[\s_-]*)?(?:hours?|hrs?|h)\s*$"
 #: A SKU that is the GPU itself (GCP bills GPUs as their own SKUs): its name says GPU.
 GPU_SKU = r"(?i)\bGPUs?\b"
+#: GPU models by name, for providers outside :data:`CLOUDS` (``Compute - GPU - H100``).
+GPU_MODELS = (
+    r"(?:A100|H100|H200|H20|B200|B300|GB200|GB300|L40S|L40|L4|A10G|A10|A30|A40|V100|P100|T4|"
+    r"MI300X|MI325X|MI355X|MI250X?|RTX\s?PRO\s?6000|RTX\s?6000|A6000)"
+)
+#: Text naming a GPU, for providers outside :data:`CLOUDS`.
+GPU_TEXT = rf"(?i)\bGPUs?\b|\b{GPU_MODELS}\b"
+#: A GPU count the text states: ``8x H100``, ``8 x NVIDIA H100``, ``GPU_8xH100``, ``8 GPUs``.
+GPU_COUNT_TEXT: tuple[str, ...] = (
+    rf"(?i)(?:^|[^\d.])(\d{{1,3}})\s*[x×]\s*(?:nvidia\s+|amd\s+)?(?:tesla\s+|instinct\s+)?{GPU_MODELS}\b",
+    r"(?i)(?:^|[^\d.])(\d{1,3})\s*GPUs?\b",
+)
+#: A GPU count in ``SkuPriceDetails`` (FOCUS 1.1+ JSON): ``GpuCount`` or another spelling of it
+#: (``GPUCount``, ``gpu_count``, ``x_GpuCount``, ``GPUs``), as a number or a quoted number.
+GPU_COUNT_KEY = r'(?i)"(?:x_)?(?:gpu_?count|gpus|number_?of_?gpus)"\s*:\s*"?\s*(\d+)'
+#: An OCI GPU shape named in the row (``BM.GPU.H100.8``, ``BM.GPU.A100-v2.8``, ``VM.GPU.A10.1``):
+#: its instance type; the catalog (or the shape's last number) gives its GPUs.
+OCI_GPU_SHAPE = r"(?i)\b((?:BM|VM)\.GPU[0-9]*(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+)"
 #: AWS usage types of instance hours: ``[REGION-]BoxUsage:<type>`` (also Spot, Dedicated, Host).
 AWS_INSTANCE_USAGE = r"^(?:[A-Z0-9]+-)?(?:BoxUsage|SpotUsage|DedicatedUsage|HostBoxUsage|SchedUsage):(.+)$"
 #: Export file names (optionally ``.gz``; the content decides CSV, gzip or Parquet).
@@ -262,8 +358,9 @@ class FocusConnector:
 
 
 class FocusDialect(Dialect):
-    """The FOCUS layout for the billing driver: the version by its columns, its mandatory columns,
-    the billing period and GPU resources from a first pass, the mapping of a chunk."""
+    """The FOCUS layout for the billing driver: the version by its columns, the columns no line can
+    be booked without, the billing period and GPU resources from a first pass, the mapping of a
+    chunk."""
 
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return _as_text(frame)
@@ -271,15 +368,42 @@ class FocusDialect(Dialect):
     def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _FocusFile:
         del period  # a FOCUS path names none
         version = detect_version(opened.columns)
-        require_columns(first, opened.label, MANDATORY[version])
-        _require_resource_id(first, opened.label)
-        span, gpu_resources = _file_summary(opened)
-        return _FocusFile(opened.label, version, span, gpu_resources)
+        require_columns(first, opened.label, REQUIRED)
+        missing = [c for c in MANDATORY[version] if c not in opened.columns]
+        if missing:
+            log.warning(
+                "FOCUS %s export %s lacks the Mandatory column(s) %s: its rows are imported",
+                version,
+                opened.label,
+                ", ".join(missing),
+            )
+        facts = _Facts(
+            x_columns=tuple(c for c in opened.columns if c.startswith("x_")),
+            missing=tuple(c for c in READ_MANDATORY if c in missing),
+            no_resource_column="ResourceId" not in opened.columns,
+        )
+        span, gpu_resources = _file_summary(opened, facts)
+        return _FocusFile(opened.label, version, span, gpu_resources, facts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the mapping needs to know of a file's header."""
+
+    x_columns: tuple[str, ...]  # provider extension columns (searched for GPU words and shapes)
+    missing: tuple[str, ...]  # READ_MANDATORY columns the file lacks
+    no_resource_column: bool
 
 
 class _FocusFile:
-    def __init__(self, file: str, version: str, period: Period | None, gpu_resources: list[str]) -> None:
+    #: the file's spelling of the usage quantity (the driver names it in GPU-capacity findings)
+    quantity_column = "ConsumedQuantity"
+
+    def __init__(
+        self, file: str, version: str, period: Period | None, gpu_resources: list[str], facts: _Facts
+    ) -> None:
         self.file, self.version, self.period, self.gpu_resources = file, version, period, gpu_resources
+        self.facts = facts
 
     def normalize(self, frame: pl.DataFrame) -> Normalized:
         frame = frame.with_columns(
@@ -287,7 +411,7 @@ class _FocusFile:
             for c in (*FOCUS_1_0_COLUMNS, *FOCUS_1_1_ADDED, *_EXTENSIONS)
             if c not in frame.columns
         )
-        lines, refused, findings = _normalize(frame, self.file, self.gpu_resources)
+        lines, refused, findings = _normalize(frame, self.file, self.gpu_resources, self.facts)
         return lines.with_columns(pl.lit(self.file).alias("source_file")), refused, findings
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
@@ -308,47 +432,32 @@ class _FocusFile:
 
 #: Provider extension columns the mapping reads (null when a file lacks them).
 _EXTENSIONS: tuple[str, ...] = ("x_SkuDescription", "x_SkuDetails", "x_UsageType")
-#: The columns of the first pass (billing period, GPU resources).
+#: The columns of the first pass (billing period, GPU resources), besides the file's ``x_`` columns.
 _SUMMARY_COLUMNS: tuple[str, ...] = (
-    "BillingPeriodStart", "BillingPeriodEnd", "ProviderName", "ResourceId", "CommitmentDiscountStatus",
-    "SkuPriceDetails", "SkuMeter", "x_SkuDescription",
+    "BillingPeriodStart", "BillingPeriodEnd", "ProviderName", "PublisherName", "InvoiceIssuerName",
+    "ResourceId", "CommitmentDiscountStatus", "SkuPriceDetails", "SkuMeter", "x_SkuDescription",
+    "ChargeDescription", "ResourceType", "ResourceName", "SkuId", "ConsumedUnit",
 )  # fmt: skip
 
 
-def _require_resource_id(frame: pl.DataFrame, file: str) -> None:
-    """``ResourceId`` is Conditional in FOCUS: present when the provider bills provisioned
-    resources — AWS, Google Cloud and Azure all do, so their export without it would import as
-    cost of no resource and is refused; a provider without resources (a SaaS bill) may omit it.
-    Its *values* stay nullable (purchases, taxes, credits name no resource)."""
-    if "ResourceId" in frame.columns or frame.is_empty():
-        return
-    clouds = frame.select(_provider().is_in(["aws", "gcp", "azure"]).fill_null(False).any()).item()
-    if clouds:
-        raise BillingFileError(
-            file,
-            'missing column "ResourceId": an AWS, Google Cloud or Azure FOCUS export names its resources'
-            " (the header is line 1)",
-            line=1,
-            column="ResourceId",
-        )
-
-
-def _file_summary(opened: OpenedFile) -> tuple[Period | None, list[str]]:
+def _file_summary(opened: OpenedFile, facts: _Facts) -> tuple[Period | None, list[str]]:
     """The file's billing period (the span of its records' periods) and its GPU resources, from a
     first pass over only the columns they need (module docstring, **Streaming**)."""
     lo_hi: list[dt.datetime] = []
     gpus: set[str] = set()
     lo, hi = _timestamp("BillingPeriodStart"), _timestamp("BillingPeriodEnd")
-    marked = (_gpu_count().fill_null(0) > 0) | _is_gpu_sku().fill_null(False)
+    provider = _provider()
+    marked = (_gpu_count(provider, facts).fill_null(0) > 0) | _is_gpu_sku(provider, facts).fill_null(False)
+    wanted = [*_SUMMARY_COLUMNS, *facts.x_columns]
     try:
-        for block in opened.blocks(list(_SUMMARY_COLUMNS)):
+        for block in opened.blocks(wanted):
             block = block.with_columns(
-                pl.lit(None, dtype=pl.String).alias(c) for c in _SUMMARY_COLUMNS if c not in block.columns
+                pl.lit(None, dtype=pl.String).alias(c) for c in wanted if c not in block.columns
             )
             # records naming a period that cannot be one are refused, and must not widen the file's
             span = block.filter(sane_period(lo, hi).fill_null(False)).select(lo.min(), hi.max())
             lo_hi.extend(v for v in span.row(0) if v is not None)
-            found = block.filter(marked).select(_resource_id(_provider()).alias("r")).drop_nulls()
+            found = block.filter(marked).select(_resource_id(provider).alias("r")).drop_nulls()
             gpus.update(found["r"].unique().to_list())
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise BillingFileError(
@@ -383,11 +492,11 @@ def _text_exprs(schema: dict[str, pl.DataType]) -> list[pl.Expr]:
 
 
 def _timestamp(column: str) -> pl.Expr:
-    """``column`` as the checks read a timestamp (``Checks.timestamp`` with :data:`_ISO_FORMATS`);
-    null where it is not one."""
+    """``column`` as the checks read a timestamp (``Checks.timestamp`` with :data:`_ISO_FORMATS`, then
+    every ISO 8601 form: :func:`~connectors.billing_io.flexible_time`); null where it is not one."""
     text = pl.col(column).str.strip_chars()
     tried = [text.str.to_datetime(f, time_zone="UTC", strict=False, time_unit="us") for f in _ISO_FORMATS]
-    return pl.coalesce(tried).cast(UTC_TIME)
+    return pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)])
 
 
 def _text(column: str) -> pl.Expr:
@@ -408,29 +517,67 @@ def _line_keys(frame: pl.DataFrame) -> pl.Series:
     return sha1_keys(frame.select(record).to_series())
 
 
-def _normalize(
-    frame: pl.DataFrame, file: str, gpu_resources: list[str]
-) -> Normalized:
-    """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``)
-    and the refused rows; a repeated record is the driver's to refuse (by ``line_key``)."""
+#: Number text that means "no value" where a number is optional (pandas and Spark write ``NaN``).
+_NAN = ("NaN", "nan", "NAN")
+
+
+def _money(column: str) -> pl.Expr:
+    """``column`` as Decimal(38, 9) as the checks read it (exponent forms exactly); null if not a number."""
+    return pl.col(column).str.strip_chars().cast(MONEY, strict=False)
+
+
+def _optional_number(checks: Checks, column: str) -> pl.Expr:
+    """An optional number (``ListCost``, ``ConsumedQuantity``): one that cannot be read is kept
+    empty and counted as finding ``unreadable_value`` — the row's money is elsewhere."""
+    text = pl.col(column).str.strip_chars()
+    text = pl.when(text.is_in(_NAN)).then(pl.lit("")).otherwise(text)
+    value = text.cast(MONEY, strict=False)  # Polars reads 3.2E-05 exactly
+    checks.flag(
+        column, "unreadable_value", "not a number: imported without it", (text != "") & value.is_null()
+    )
+    return value
+
+
+def _enum(checks: Checks, column: str) -> pl.Expr:
+    """``column`` as one of its allowed values (:data:`ENUMS`; a case variant or an alias is that
+    value, silently); any other value is imported as null and counted as ``unknown_value``."""
+    values, aliases = ENUMS[column]
+    text = _text(column)
+    value = canonical(text, values, aliases)
+    reason = f"not one of {', '.join(values)}"
+    if column == "ChargeCategory":
+        reason += f": booked as {UNKNOWN_CATEGORY}"
+    checks.flag(column, "unknown_value", reason, text.is_not_null() & value.is_null())
+    return value
+
+
+def _normalize(frame: pl.DataFrame, file: str, gpu_resources: list[str], facts: _Facts) -> Normalized:
+    """One chunk → checked, normalized lines (``BILLING_SCHEMA`` columns plus ``_period_start/_end``),
+    the refused rows and the findings on the lines; a repeated record is the driver's to refuse (by
+    ``line_key``).
+
+    A row is refused only when it cannot be booked: its money (``BilledCost``, ``EffectiveCost``),
+    currency or charge period cannot be read, or its billing period cannot be one or does not hold
+    its charge (the ingestor replaces a billing period's lines by file). Everything else is imported
+    and counted as a finding (the module docstring lists them)."""
     frame = frame.with_columns(_line_keys(frame).alias("line_key"))
-    checks = Checks(file)
-    category = _text("ChargeCategory")
-    correction = _text("ChargeClass") == "Correction"
-    is_usage = category == ChargeCategory.USAGE.value
-
-    def allowed(column: str, values: tuple[str, ...], *, required: bool = False) -> None:
-        value = _text(column)
-        bad = value.is_not_null() & ~value.is_in(values)
-        reason = f"not one of {', '.join(values)}"
-        checks.add(column, reason, (bad | value.is_null()) if required else bad)
-
-    checks.add("ProviderName", "empty where a provider is required", _text("ProviderName").is_null())
-    allowed("ChargeCategory", CHARGE_CATEGORIES, required=True)
-    allowed("ChargeClass", CHARGE_CLASSES)
-    allowed("ChargeFrequency", CHARGE_FREQUENCIES)
-    allowed("PricingCategory", tuple(PRICING))
-    allowed("CommitmentDiscountStatus", COMMITMENT_STATUSES)
+    provider = _provider()
+    checks = Checks(file, money=_money("BilledCost"), provider=provider)
+    for column in facts.missing:
+        reason = "the export lacks this Mandatory column: imported without it"
+        checks.flag(column, "missing_column", reason, pl.lit(True))
+    if facts.no_resource_column:
+        reason = "the export has no ResourceId column: AWS, Google Cloud and Azure name their resources"
+        checks.flag("ResourceId", "missing_column", reason, provider.is_in(CLOUDS))
+    if "ProviderName" not in facts.missing:
+        reason = (
+            f"empty: the provider is taken from PublisherName or InvoiceIssuerName, else {UNKNOWN_PROVIDER!r}"
+        )
+        checks.flag("ProviderName", "missing_value", reason, _text("ProviderName").is_null())
+    if "ChargeCategory" not in facts.missing:
+        reason = f"empty where FOCUS requires a value: booked as {UNKNOWN_CATEGORY}"
+        checks.flag("ChargeCategory", "missing_value", reason, _text("ChargeCategory").is_null())
+    enums = {column: _enum(checks, column) for column in ENUMS}
     parsed: dict[str, pl.Expr] = {
         "charge_start": checks.timestamp("ChargePeriodStart", *_ISO_FORMATS),
         "charge_end": checks.timestamp("ChargePeriodEnd", *_ISO_FORMATS),
@@ -438,15 +585,18 @@ def _normalize(
         "_period_end": checks.timestamp("BillingPeriodEnd", *_ISO_FORMATS),
         "billed_cost": checks.decimal("BilledCost"),
         "effective_cost": checks.decimal("EffectiveCost"),
-        "list_cost": checks.decimal("ListCost"),
-        "usage_quantity": checks.decimal("ConsumedQuantity", required=False),
+        "list_cost": _optional_number(checks, "ListCost"),
+        "usage_quantity": _optional_number(checks, "ConsumedQuantity"),
         "currency": checks.currency("BillingCurrency", BILLING_CURRENCIES),
+        **{f"_enum_{column}": value for column, value in enums.items()},
     }
-    quantity = pl.col("ConsumedQuantity").str.strip_chars().cast(MONEY, strict=False)
-    checks.add(
+    correction = (enums["ChargeClass"] == "Correction").fill_null(False)
+    quantity = _money("ConsumedQuantity")
+    checks.flag(
         "ConsumedQuantity",
+        "negative_usage",
         "negative on a Usage row that is not a correction",
-        is_usage & ~correction.fill_null(False) & (quantity < 0),
+        (enums["ChargeCategory"] == ChargeCategory.USAGE.value) & ~correction & (quantity < 0),
     )
     checks.add(
         "ChargePeriodEnd",
@@ -459,12 +609,12 @@ def _normalize(
     checks.period("BillingPeriodStart", *billing)
     checks.within("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1], billing, "its billing period")
     good, refused, findings = checks.split(frame, parsed)
-
-    return _map(good, gpu_resources), refused, findings
+    return _map(good, gpu_resources, facts), refused, findings
 
 
 #: ISO 8601 as FOCUS writes it (``2025-09-01T00:00:00Z``), with fractions or an offset, and the
-#: space-separated form some CSV writers use.
+#: space-separated form some CSV writers use; any other ISO form (``2024-08-16T00:00Z``, as OCI
+#: writes it) is read by ``flexible_time`` after these.
 _ISO_FORMATS: tuple[str, ...] = (
     "%Y-%m-%dT%H:%M:%SZ",
     "%Y-%m-%dT%H:%M:%S%.fZ",
@@ -475,13 +625,26 @@ _ISO_FORMATS: tuple[str, ...] = (
 )
 
 
+def _provider_key(column: str) -> pl.Expr:
+    """A provider name as a key: lower-cased, each run of characters other than letters and digits
+    one ``-`` (``Amazon Web Services, Inc.`` → ``amazon-web-services-inc``)."""
+    key = _text(column).str.to_lowercase().str.replace_all(r"[\W_]+", "-").str.strip_chars("-")
+    return pl.when(key == "").then(None).otherwise(key)
+
+
 def _provider() -> pl.Expr:
-    provider_name = _text("ProviderName").str.to_lowercase()
-    return provider_name.replace_strict(PROVIDERS, default=provider_name)
+    """The ledger's provider (:data:`PROVIDERS`): from ``ProviderName``, else ``PublisherName``, else
+    ``InvoiceIssuerName``, else :data:`UNKNOWN_PROVIDER`."""
+    names = []
+    for column in ("ProviderName", "PublisherName", "InvoiceIssuerName"):
+        key = _provider_key(column)
+        names.append(key.replace_strict(PROVIDERS, default=key, return_dtype=pl.String).str.slice(0, 32))
+    return pl.coalesce([*names, pl.lit(UNKNOWN_PROVIDER)])
 
 
 def _unused() -> pl.Expr:
-    return (_text("CommitmentDiscountStatus") == "Unused").fill_null(False)
+    status = canonical(_text("CommitmentDiscountStatus"), COMMITMENT_STATUSES)
+    return (status == "Unused").fill_null(False)
 
 
 def _resource_id(provider: pl.Expr) -> pl.Expr:
@@ -498,35 +661,82 @@ def _resource_id(provider: pl.Expr) -> pl.Expr:
     )
 
 
-def _gpu_count() -> pl.Expr:
-    details = _text("SkuPriceDetails")
-    return details.str.json_path_match("$.GpuCount").str.strip_chars().cast(pl.Int32, strict=False)
+# --- GPUs -------------------------------------------------------------------------------------------
 
 
-def _is_gpu_sku() -> pl.Expr:
-    return (
-        pl.coalesce(_text("SkuMeter").str.contains(GPU_SKU), pl.lit(False))
-        | pl.coalesce(_text("x_SkuDescription").str.contains(GPU_SKU), pl.lit(False))
-    ) & _gpu_count().is_null()
+def _other_provider(provider: pl.Expr) -> pl.Expr:
+    """A provider outside the three clouds (whose instance types the catalog knows)."""
+    return ~provider.is_in(CLOUDS)
 
 
-def _map(good: pl.DataFrame, gpu_resources: list[str]) -> pl.DataFrame:
+def _gpu_texts(facts: _Facts) -> list[pl.Expr]:
+    """The texts of a row that may name a GPU for a provider outside :data:`CLOUDS`."""
+    return [
+        _text(c) for c in ("ChargeDescription", "SkuMeter", "x_SkuDescription", "ResourceType", "SkuId")
+    ] + [_text(c) for c in facts.x_columns if c != "x_SkuDescription"]
+
+
+def _oci_shape(facts: _Facts) -> pl.Expr:
+    """An OCI GPU shape named anywhere in the row's descriptions, ids or ``x_`` columns."""
+    texts = [_text("SkuPriceDetails"), _text("ResourceName"), *_gpu_texts(facts)]
+    return pl.coalesce([t.str.extract(OCI_GPU_SHAPE, 1) for t in texts])
+
+
+def _gpu_count(provider: pl.Expr, facts: _Facts) -> pl.Expr:
+    """GPUs per instance where the row says it: ``SkuPriceDetails`` (any provider), else — for a
+    provider outside :data:`CLOUDS` — a count its texts state (``8x H100``, ``8 GPUs``)."""
+    details = _text("SkuPriceDetails").str.extract(GPU_COUNT_KEY, 1).cast(pl.Int32, strict=False)
+    stated = pl.coalesce(
+        [
+            t.str.extract(pattern, 1).cast(pl.Int32, strict=False)
+            for t in _gpu_texts(facts)
+            for pattern in GPU_COUNT_TEXT
+        ]
+    )
+    return pl.coalesce(details, pl.when(_other_provider(provider)).then(stated))
+
+
+def _gpu_unit() -> pl.Expr:
+    return _text("ConsumedUnit").str.contains(GPU_UNIT).fill_null(False)
+
+
+def _is_gpu_sku(provider: pl.Expr, facts: _Facts) -> pl.Expr:
+    """The row is the GPU itself, its hours GPU-hours: a SKU meter or description naming a GPU (GCP
+    GPU SKUs), a ``ConsumedUnit`` in GPU-hours, or — for a provider outside :data:`CLOUDS`, when
+    no instance shape is named — a description, resource type, SKU or ``x_`` column naming a GPU
+    (``Compute - GPU - H100``). Never where a GPU count is known (the row is the instance then)."""
+    named = pl.any_horizontal(t.str.contains(GPU_TEXT).fill_null(False) for t in _gpu_texts(facts))
+    other = _other_provider(provider) & _oci_shape(facts).is_null() & named
+    sku = (
+        _text("SkuMeter").str.contains(GPU_SKU).fill_null(False)
+        | _text("x_SkuDescription").str.contains(GPU_SKU).fill_null(False)
+        | _gpu_unit()
+        | other
+    )
+    return sku & _gpu_count(provider, facts).is_null()
+
+
+def _map(good: pl.DataFrame, gpu_resources: list[str], facts: _Facts) -> pl.DataFrame:
     """Checked rows → the contract's columns (columnar); ``gpu_resources``: the file's resources
     with a GPU count or a GPU SKU on any record (:func:`_file_summary`)."""
     provider = _provider()
-    category = _text("ChargeCategory")
-    is_usage = category == ChargeCategory.USAGE.value
-    unused = _unused()
+    known = pl.col("_enum_ChargeCategory")
+    category = pl.coalesce(known, pl.lit(UNKNOWN_CATEGORY))
+    is_usage = known == ChargeCategory.USAGE.value
+    unused = (pl.col("_enum_CommitmentDiscountStatus") == "Unused").fill_null(False)
     resource_id = _resource_id(pl.col("provider"))
+    # the source's own type: the canonical category, or the file's text when it is not one
+    own = pl.coalesce(known, _text("ChargeCategory"), pl.lit(UNKNOWN_CATEGORY))
     charge_type = (
         pl.when(unused)
         .then(
             pl.lit("Unused")
             + pl.coalesce(_text("CommitmentDiscountType").str.replace_all(" ", ""), pl.lit("Commitment"))
         )
-        .when(_text("ChargeClass") == "Correction")
-        .then(category + pl.lit("/Correction"))
-        .otherwise(category)
+        .when(pl.col("_enum_ChargeClass") == "Correction")
+        .then(own + pl.lit("/Correction"))
+        .otherwise(own)
+        .str.slice(0, 60)
     )
     details = _text("SkuPriceDetails")
     instance_type = pl.coalesce(
@@ -534,10 +744,11 @@ def _map(good: pl.DataFrame, gpu_resources: list[str]) -> pl.DataFrame:
         details.str.json_path_match("$.MachineSpec"),
         _text("x_SkuDetails").str.json_path_match("$.ServiceType"),
         _text("x_UsageType").str.extract(AWS_INSTANCE_USAGE),
+        _oci_shape(facts),
     ).str.strip_chars()
-    gpu_count = _gpu_count()
-    is_gpu_sku = _is_gpu_sku()
-    hours = _text("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False)
+    gpu_count = _gpu_count(provider, facts)
+    is_gpu_sku = _is_gpu_sku(provider, facts)
+    hours = _text("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False) | _gpu_unit()
     counts_time = is_usage.fill_null(False) & ~unused
     lines = good.with_columns(
         provider.alias("provider"),
@@ -547,7 +758,7 @@ def _map(good: pl.DataFrame, gpu_resources: list[str]) -> pl.DataFrame:
         charge_type.alias("charge_type"),
         category.alias("charge_category"),
         pl.when(is_usage)
-        .then(_text("PricingCategory").replace_strict(PRICING, default=None))
+        .then(pl.col("_enum_PricingCategory").replace_strict(PRICING, default=None))
         .alias("pricing_model"),
         _text("CommitmentDiscountId").alias("commitment_id"),
         _text("ResourceName").alias("resource_name"),
