@@ -946,10 +946,13 @@ def _normalize(
     listed = pl.when(c("_public").is_not_null()).then(c("_public")).when(~usage_line).then(zero).cast(MONEY)
     unit = _text(col("pricing_unit"))
     in_hours = unit.str.to_lowercase().is_in(["hrs", "hr", "hours", "hour"]).fill_null(False)
+    instance_time = ((category == ChargeCategory.USAGE.value) & in_hours & (kind != NEGATION)).fill_null(
+        False
+    )
     gpu_hours = (
-        pl.when(gpu_count.is_null())
-        .then(pl.lit(None, dtype=MONEY))
-        .when((category == ChargeCategory.USAGE.value) & in_hours & (kind != NEGATION) & (c("_amount") >= 0))
+        pl.when(gpu_count.is_null() | (instance_time & c("_amount").is_null()))
+        .then(pl.lit(None, dtype=MONEY))  # not known: no count, or no readable amount
+        .when(instance_time & (c("_amount") >= 0))  # a negative amount (flagged) bills no GPU-hours
         .then(c("_amount") * gpu_count)
         .otherwise(zero)
         .cast(MONEY)
