@@ -2,7 +2,9 @@
 the node agent.
 
 Mistakes in arguments or configuration print one line on stderr and exit with status 2; a
-failed run prints one line and exits with 1. No tracebacks for either.
+failed run prints one line and exits with 1; a billing import that ended ``DEGRADED`` (it imported,
+but refused more rows or cost than the connector allows, or a file had no row accepted) prints its
+summary and exits with 3 unless ``--allow-degraded``. No tracebacks.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
+DEGRADED_EXIT = 3  # a billing import that imported but is DEGRADED (service.billing.health)
+#: Findings the ingest summary lists (all are in data_quality_finding and the dataQuality query).
+SUMMARY_FINDINGS = 5
 
 
 class _OneLineErrors(TyperGroup):
@@ -174,6 +179,13 @@ def ingest(
     name: Annotated[str, typer.Argument(help="Configured connector name.")],
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 UTC (floored to the hour).")],
     end: Annotated[str, typer.Option(help="Window end, ISO 8601 UTC (ceiled to the hour).")],
+    allow_degraded: Annotated[
+        bool,
+        typer.Option(
+            "--allow-degraded",
+            help=f"Exit 0 for a billing import that ended DEGRADED (else {DEGRADED_EXIT}).",
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Ingest one connector's window [START, END) into the ledger (idempotent)."""
@@ -206,7 +218,7 @@ def ingest(
         prepare(engine, settings)
         if getattr(connector, "kind", None) == "billing":
             # Billing exports are replaced by billing period, not by hour: the window as given.
-            _ingest_billing(engine, name, connector, start_utc, end_utc, settings)
+            _ingest_billing(engine, name, connector, start_utc, end_utc, settings, allow_degraded)
             return
         with ChunkProgress(f"ingest {name}") as progress:
             progress.set_window(*aligned)
@@ -221,7 +233,7 @@ def ingest(
                 after_ingest=settings.reprice_from_bills(),
             )
     except typer.Exit:
-        raise  # a billing import with failed files: its summary is printed
+        raise  # a billing import with failed files or DEGRADED: its summary is printed
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     except Exception as exc:  # noqa: BLE001  (every failure of the run: one line, its status)
@@ -245,11 +257,18 @@ def run_failure_line(name: str, error: Exception) -> str:
     return f"{name}: {failure.status}: {failure.message}"
 
 
-def _ingest_billing(
-    engine: Any, name: str, connector: Any, start: dt.datetime, end: dt.datetime, settings: Settings
+def _ingest_billing(  # noqa: PLR0917
+    engine: Any,
+    name: str,
+    connector: Any,
+    start: dt.datetime,
+    end: dt.datetime,
+    settings: Settings,
+    allow_degraded: bool = False,
 ) -> None:
     """Import a billing connector's files with a progress bar per file, print the summary; exit 1
-    when a file could not be read at all."""
+    when a file could not be read at all, 3 when the run is DEGRADED (unless allowed)."""
+    from connectors.sdk import ConnectorStatus
     from service.billing.ingest import ingest_billing
 
     with _file_progress(f"ingest {name}") as progress:
@@ -267,6 +286,8 @@ def _ingest_billing(
         typer.echo(line)
     if result.failed_files:
         raise typer.Exit(FAILURE_EXIT)
+    if result.status == ConnectorStatus.DEGRADED and not allow_degraded:
+        raise typer.Exit(DEGRADED_EXIT)
 
 
 def _file_progress(description: str) -> Any:
@@ -284,15 +305,19 @@ def _file_progress(description: str) -> Any:
 
 
 def billing_summary(result: Any) -> list[str]:
-    """The import summary: files, counts (read = accepted + refused + skipped), unknown instance
-    types, where the refused rows are."""
+    """The import summary: files, counts (read = accepted + refused + skipped), data-quality
+    findings (rows imported although they break a rule) and the refused rows' cost, why the run is
+    DEGRADED, the largest findings, unknown instance types, where the refused rows are."""
     failed = result.failed_files
     lines = [
         f"{result.connector}: status={result.status} files={len(result.files)} failed={len(failed)} "
         f"read={result.read} accepted={result.accepted} refused={result.refused} "
-        f"skipped={result.skipped} replaced={result.lines_replaced}"
+        f"skipped={result.skipped} replaced={result.lines_replaced} "
+        f"findings={result.findings} refused_cost={_amount(result.refused_cost)}"
         + (f" {result.notice}" if getattr(result, "notice", None) else "")
     ]
+    if str(result.status) == "DEGRADED":
+        lines.append(f"  DEGRADED: {result.error}")
     for f in result.files:
         if f.error:
             lines.append(f"  FAILED {f.error}")
@@ -300,9 +325,19 @@ def billing_summary(result: Any) -> list[str]:
             skipped = ", ".join(f"{n} {r}" for r, n in sorted(f.skipped_reasons.items()))
             lines.append(
                 f"  {f.source_file}: read={f.read} accepted={f.accepted} refused={f.refused} "
-                f"skipped={f.skipped}" + (f" ({skipped})" if skipped else "")
+                f"skipped={f.skipped}"
+                + (f" ({skipped})" if skipped else "")
+                + f" findings={f.findings} refused_cost={_amount(f.refused_cost)}"
                 + (f" {f.notice}" if getattr(f, "notice", None) else "")
             )
+    found = result.finding_list
+    if found:
+        more = len(found) - SUMMARY_FINDINGS
+        lines.append(
+            f"  findings (rows imported although they break a rule; all in table data_quality_finding,"
+            f" query dataQuality){f', the largest {SUMMARY_FINDINGS}' if more > 0 else ''}:"
+        )
+        lines += [f"    {f.message()}" for f in found[:SUMMARY_FINDINGS]]
     if result.refused or failed:
         lines.append(
             f"  refused rows: table rejection, run_id={result.run_id} "
@@ -314,6 +349,11 @@ def billing_summary(result: Any) -> list[str]:
             + ", ".join(result.unknown_types)
         )
     return lines
+
+
+def _amount(value: Any) -> str:
+    """A Decimal as plain digits, no exponent and no trailing zeros (``0``, ``12.5``)."""
+    return f"{value.normalize():f}" if value else "0"
 
 
 def _describe(result: Any) -> str:
@@ -352,6 +392,7 @@ def list_connectors(config: ConfigOpt = None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
     from sqlmodel import Session, select
 
+    from service.analytics.devices import last_run_findings
     from service.db import make_engine
     from service.models import ConnectorState
 
@@ -360,18 +401,25 @@ def list_connectors(config: ConfigOpt = None) -> None:
     try:
         with Session(engine) as session:
             states = {s.name: s for s in session.exec(select(ConnectorState)).all()}
+        with engine.connect() as conn:
+            findings = last_run_findings(conn)
     except SQLAlchemyError:
-        states = {}  # not migrated yet: every connector is simply "never run"
+        states, findings = {}, {}  # not migrated yet: every connector is simply "never run"
     finally:
         engine.dispose()
-    table = Table("name", "type", "enabled", "status", "watermark", "last error", "notice", box=None)
+    table = Table(
+        "name", "type", "enabled", "status", "watermark", "findings", "last error", "notice", box=None
+    )
     for c in settings.connectors:
         state = states.get(c.name)
         status = "DISABLED" if not c.enabled else (state.status if state else "NEVER_RUN")
         watermark = state.watermark.isoformat() if state and state.watermark else "-"
-        error = (state.last_error or "-").splitlines()[0][:80] if state and state.last_error else "-"
+        # A DEGRADED run's reason is its error: shown longer, it says which share or file.
+        width = 240 if state and state.status == "DEGRADED" else 80
+        error = (state.last_error or "-").splitlines()[0][:width] if state and state.last_error else "-"
         notice = (state.notice or "-") if state else "-"
-        table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, error, notice)
+        found = str(findings[c.name]) if c.name in findings else "-"
+        table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, found, error, notice)
     if not settings.connectors:
         typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
         return

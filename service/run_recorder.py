@@ -26,20 +26,23 @@ from service.runs import begin_run, finish_run
 @dataclass(slots=True)
 class RunCounts:
     """What a run read, as ``connector_run`` keeps it: ``read == accepted + rejected`` always
-    (``read`` is derived, so no outcome can break it); ``ledger_rows`` the rows written."""
+    (``read`` is derived, so no outcome can break it); ``ledger_rows`` the rows written;
+    ``findings`` the accepted rows that break a data-quality rule (billing)."""
 
     accepted: int = 0
     rejected: int = 0
     ledger_rows: int = 0
+    findings: int = 0
 
     @property
     def read(self) -> int:
         return self.accepted + self.rejected
 
-    def add(self, *, accepted: int = 0, rejected: int = 0, ledger_rows: int = 0) -> None:
+    def add(self, *, accepted: int = 0, rejected: int = 0, ledger_rows: int = 0, findings: int = 0) -> None:
         self.accepted += accepted
         self.rejected += rejected
         self.ledger_rows += ledger_rows
+        self.findings += findings
 
     def totals(self) -> dict[str, int]:
         return {
@@ -47,6 +50,7 @@ class RunCounts:
             "accepted": self.accepted,
             "rejected": self.rejected,
             "rows": self.ledger_rows,
+            "findings": self.findings,
         }
 
 

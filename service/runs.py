@@ -86,7 +86,7 @@ def finish_run(
     watermark: dt.datetime | None = None,
     error: str | None = None,
 ) -> None:
-    """Close run ``run_id``: status, counts (``read``/``accepted``/``rejected``/``rows``), error;
+    """Close run ``run_id``: status, counts (``read``/``accepted``/``rejected``/``rows``/``findings``), error;
     with ``watermark``, record a success and move the watermark forward to it."""
     try:
         with Session(engine) as session:
@@ -99,11 +99,12 @@ def finish_run(
                 state.last_success_at = now
                 state.watermark = watermark if state.watermark is None else max(state.watermark, watermark)
             run.status, run.finished_at, run.error = status, now, error
-            run.read, run.accepted, run.rejected, run.ledger_rows = (
+            run.read, run.accepted, run.rejected, run.ledger_rows, run.findings = (
                 totals.get("read", 0),
                 totals.get("accepted", 0),
                 totals.get("rejected", 0),
                 totals.get("rows", 0),
+                totals.get("findings", 0),
             )
             session.add_all([state, run])
             session.commit()

@@ -10,6 +10,8 @@ looks, a source out of reach (``RetriableError``, network or database trouble) i
 exponential backoff capped at ``backoff_cap_s``, and bad data or a bug (``INTERNAL_ERROR``, logged
 with its traceback) waits for the next regular run. The run recorder writes the status of a run;
 the scheduler writes it again for a failure before or around the run (computing the window).
+A billing run that ends ``DEGRADED`` (imported, but too much refused) is no failure to retry: the
+next run comes at the regular interval.
 """
 
 from __future__ import annotations
@@ -281,8 +283,15 @@ class Scheduler:
             if isinstance(rows, int):
                 self.telemetry.ingest_rows.labels(name).inc(rows)
         log.info(
-            "ingest done", connector=name, start=start.isoformat(), end=end.isoformat(), ledger_rows=rows
+            "ingest done",
+            connector=name,
+            status=status,
+            start=start.isoformat(),
+            end=end.isoformat(),
+            ledger_rows=rows,
         )
+        # A DEGRADED billing run imported (its watermark moved): it waits for the next regular
+        # run like an OK one — an early retry would refuse the same rows again.
         return "ok"
 
     async def _failed(self, name: str, exc: Exception, now: dt.datetime, failure: Failure) -> None:

@@ -19,7 +19,7 @@ from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
 from service.analytics.window import DAY_TABLE, access_conditions
 from service.dbtypes import table_of
-from service.models import ConnectorState, Device
+from service.models import ConnectorRun, ConnectorState, Device
 
 #: DeviceFilter keys → ``device`` columns.
 DEVICE_FILTER_COLUMNS = (
@@ -94,3 +94,19 @@ def connector_states(conn: Connection, access: Access) -> list[ConnectorState]:
     table = table_of(ConnectorState)
     rows = conn.execute(select(table).order_by(table.c.name)).all()
     return [ConnectorState.model_validate(dict(r._mapping)) for r in rows]
+
+
+def last_run_findings(conn: Connection) -> dict[str, int]:
+    """Connector name → data-quality findings of its last finished run (connectors that have one).
+
+    Not guarded: callers guard it with :func:`connector_states` (the CLI reads the database
+    itself)."""
+    runs = table_of(ConnectorRun)
+    last = (
+        select(func.max(runs.c.id))
+        .where(runs.c.finished_at.is_not(None))
+        .group_by(runs.c.connector)
+        .scalar_subquery()
+    )
+    found = conn.execute(select(runs.c.connector, runs.c.findings).where(runs.c.id.in_(last)))
+    return {str(name): int(n) for name, n in found}

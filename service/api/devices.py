@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Annotated
 
 import strawberry
+from sqlalchemy import Connection
 from strawberry.types import Info
 
 from connectors.sdk import ConnectorStatus
@@ -19,8 +20,10 @@ _STATUS_DESCRIPTION = (
     f"One of {', '.join(ConnectorStatus)}. After a failed run: INVALID_CONFIGURATION — fix the "
     "connector's config (not retried); FAILED_CONNECTION — the source is out of reach or refused "
     "the credentials (retried with back-off unless refused); PARSE_ERROR — the source sent data "
-    "that could not be read (see lastError and the rejections); INTERNAL_ERROR — a bug, not the "
-    "source's fault (the service log has its traceback; the next regular run tries again)."
+    "that could not be read (see lastError and the rejections); DEGRADED — imported, but more rows "
+    "or cost were refused than the connector's max_refused_rows_pct / max_refused_cost_pct allow, or "
+    "a file had no row accepted (lastError says which; the watermark moved); INTERNAL_ERROR — a "
+    "bug, not the source's fault (the service log has its traceback; the next regular run tries again)."
 )
 
 
@@ -96,16 +99,23 @@ class Connector:
     watermark: dt.datetime | None = strawberry.field(description="Ingested up to here (UTC).")
     last_run_at: dt.datetime | None = strawberry.field(description="Last run started (UTC).")
     last_success_at: dt.datetime | None = strawberry.field(description="Last successful run (UTC).")
-    last_error: str | None = strawberry.field(description="Last error message, if the last run failed.")
+    last_error: str | None = strawberry.field(
+        description="Last error message, if the last run failed, or why it is DEGRADED."
+    )
+    last_run_findings: int | None = strawberry.field(
+        default=None,
+        description="Data-quality findings of the last finished run: rows it imported although they "
+        "break a rule (dataQuality lists them); null before the first run.",
+    )
     notice: str | None = strawberry.field(
         description="What the last run imported but the operator should know, e.g. billing lines in"
         " currencies without an FX rate to the main one."
     )
 
     @classmethod
-    def of(cls, s: ConnectorState) -> Connector:
+    def of(cls, s: ConnectorState, findings: int | None = None) -> Connector:
         names = set(cls.__annotations__)
-        return cls(**{k: v for k, v in s.model_dump().items() if k in names})
+        return cls(**{k: v for k, v in s.model_dump().items() if k in names}, last_run_findings=findings)
 
 
 @strawberry.type
@@ -156,5 +166,9 @@ class DeviceQuery:
     )
     async def connectors(self, info: Info[ApiContext, None]) -> list[Connector]:
         access = info.context.access
-        states = await info.context.read(lambda conn: analytics.connector_states(conn, access))
-        return [Connector.of(s) for s in states]
+
+        def read(conn: Connection) -> tuple[list[ConnectorState], dict[str, int]]:
+            return analytics.connector_states(conn, access), analytics.last_run_findings(conn)
+
+        states, findings = await info.context.read(read)
+        return [Connector.of(s, findings.get(s.name)) for s in states]

@@ -25,6 +25,7 @@ from strawberry.types import ExecutionResult
 
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
+from service.api.data_quality import DataQualityQuery
 from service.api.devices import DeviceQuery
 from service.api.errors import BAD_REQUEST, OVERLOADED, RATE_LIMITED, ErrorCodes, LedgerSchema, error_response
 from service.api.guard import LimitedParsing
@@ -39,7 +40,7 @@ from service.limits.rate import RateLimiter
 @strawberry.type(
     description="GPU Ledger: what GPUs cost and how much work they did, from the hourly GPU-hour ledger."
 )
-class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery):
+class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery, DataQualityQuery):
     pass
 
 

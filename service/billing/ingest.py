@@ -41,10 +41,18 @@ may not be all of it (a CUR part or a chunk missing), and replacing a period wit
 would lose lines — so its old lines, ``billing_file`` rows and the run's rejections for it stay as
 they were, and its files are not in the run's counts. The units completed before are stored.
 
+Data-quality findings (rows imported although they break a rule: ``BillingBatch.findings``) are
+merged per file and written with the file's ``billing_file`` row, in its unit's transaction; a
+file met again replaces its findings as it replaces its lines (``service.billing.findings``).
+
 The run is recorded like a metrics window (``service.run_recorder``): status ``OK``;
 ``MISSING_DATA`` when the source had no file for the window; ``PARSE_ERROR`` when a file failed;
-when reading raised, the status ``service.failures.classify`` gives the error (a connector error's
-own, ``INTERNAL_ERROR`` for a bug). The watermark moves to the window's end only on ``OK``.
+``DEGRADED`` when every file was read but too much was refused (``service.billing.health``: a
+share of rows or of cost above the connector's ``max_refused_rows_pct``/``max_refused_cost_pct``,
+or a file with rows and none accepted); when reading raised, the status
+``service.failures.classify`` gives the error (a connector error's own, ``INTERNAL_ERROR`` for a
+bug). The watermark moves to the window's end on ``OK`` and on ``DEGRADED`` — what was accepted
+is in and a re-run would read the same refusals; the status and error keep the run visible.
 
 Afterwards the ``after_import`` hook re-prices the ledger over the charge periods touched (by
 default ``service.billing.rates.reprice``, with the config's ``gpu_cost_share`` and catalog).
@@ -61,7 +69,7 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 import polars as pl
@@ -69,7 +77,9 @@ from sqlalchemy import Connection, Engine
 
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
 from connectors.sdk import BillingSource, ConnectorStatus
-from service.billing import currency_mix, store
+from connectors.sdk.billing import Finding, merge_findings
+from service.billing import currency_mix, health, store
+from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
 from service.dbtypes import table_of
@@ -108,7 +118,12 @@ _LENGTHS = {
 
 @dataclass(slots=True)
 class FileSummary:
-    """One export file: ``read == accepted + refused + skipped``; ``error`` when unreadable."""
+    """One export file: ``read == accepted + refused + skipped``; ``error`` when unreadable.
+
+    ``findings``: rows imported although they break a rule (the sum of ``finding_list``'s counts);
+    ``refused_cost``: the refused rows' cost where it could be read (signed, as the export wrote
+    it); ``refused_magnitude``/``billed_magnitude``: Σ |cost| of refused rows and of the accepted
+    lines' billed cost, for the run's refused-cost share (``service.billing.health``)."""
 
     source_file: str
     read: int = 0
@@ -121,6 +136,13 @@ class FileSummary:
     error: str | None = None
     currencies: dict[str, int] = field(default_factory=dict)  # accepted lines per currency
     notice: str | None = None  # imported, but the operator should know (currency_mix)
+    period_end: dt.datetime | None = None
+    findings: int = 0
+    finding_list: list[Finding] = field(default_factory=list)
+    refused_cost: Decimal = Decimal(0)
+    refused_magnitude: Decimal = Decimal(0)
+    billed_magnitude: Decimal = Decimal(0)
+    providers: set[str] = field(default_factory=set)  # of the accepted lines (a finding's default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +162,23 @@ class BillingImportResult:
     unknown_types: tuple[str, ...]
     lines_replaced: int
     notice: str | None = None  # the run's currencies lacking FX rates (currency_mix.notice)
+    findings: int = 0  # rows imported although they break a rule (every file's)
+    refused_cost: Decimal = Decimal(0)  # cost of the refused rows where readable (signed)
+    error: str | None = None  # why the run is PARSE_ERROR or DEGRADED (connector_run.error)
 
     @property
     def failed_files(self) -> tuple[FileSummary, ...]:
         return tuple(f for f in self.files if f.error is not None)
+
+    @property
+    def finding_list(self) -> tuple[Finding, ...]:
+        """Every file's findings, most rows first."""
+        return tuple(
+            sorted(
+                (x for f in self.files for x in f.finding_list),
+                key=lambda x: (-x.count, x.file, x.rule, x.column or ""),
+            )
+        )
 
 
 def ingest_billing(
@@ -158,16 +193,22 @@ def ingest_billing(
     on_file: Callable[[FileSummary], None] | None = None,
     after_import: AfterImport | None = None,
     gpu_cost_share: Decimal = Decimal(1),
+    limits: health.QualityLimits | None = None,
 ) -> BillingImportResult:
-    """Import the export files of billing connector ``name`` whose periods overlap ``[start, end)``."""
+    """Import the export files of billing connector ``name`` whose periods overlap ``[start, end)``.
+
+    ``limits``: when the run is ``DEGRADED``; by default the connector config's
+    ``max_refused_rows_pct``/``max_refused_cost_pct`` (``connector.config``), else 1 % and 0.5 %.
+    """
     if end <= start:
         raise ValueError(
             f"billing window is empty: end {end.isoformat()} is not after start {start.isoformat()}"
         )
     catalog = catalog or bundled_catalog()
+    limits = limits or health.QualityLimits.of(getattr(connector, "config", None))
     hook = after_import if after_import is not None else reprice_hook(gpu_cost_share, catalog)
     with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
-        importer = _Importer(engine, name, run, catalog, on_file, clock)
+        importer = _Importer(engine, name, run, catalog, on_file, clock, (start, end))
         try:
             for item in _items(connector.read(start, end)):
                 if isinstance(item, BillingFileError):
@@ -187,13 +228,17 @@ def ingest_billing(
             error: str | None = f"{len(failed)} file(s) could not be read: " + "; ".join(
                 str(f.error) for f in failed
             )
+        elif not files:
+            status, error = ConnectorStatus.MISSING_DATA, None
         else:
-            status = ConnectorStatus.OK if files else ConnectorStatus.MISSING_DATA
-            error = None
+            error = health.degraded_reason(_outcome(files), limits)
+            status = ConnectorStatus.DEGRADED if error else ConnectorStatus.OK
         # The window is in only when every file of it is: a failed or missing file leaves the
-        # watermark where it was, so the next run reads the window again.
+        # watermark where it was, so the next run reads the window again. A DEGRADED run read
+        # every file; reading them again would refuse the same rows.
         now = clock()
-        watermark = min(end, max(start, now)) if status == ConnectorStatus.OK else None
+        landed = status in (ConnectorStatus.OK, ConnectorStatus.DEGRADED)
+        watermark = min(end, max(start, now)) if landed else None
         run.finish(status, now=now, watermark=watermark, error=error)
     currencies: dict[str, int] = {}
     for f in files:
@@ -204,6 +249,8 @@ def ingest_billing(
         currency_mix.set_connector_notice(conn, name, notice)
     if notice:
         log.warning("billing %s: %s", name, notice)
+    if status == ConnectorStatus.DEGRADED:
+        log.warning("billing %s: DEGRADED: %s", name, error)
     result = BillingImportResult(
         connector=name,
         start=start,
@@ -218,8 +265,27 @@ def ingest_billing(
         unknown_types=unknown,
         lines_replaced=importer.replaced,
         notice=notice,
+        findings=sum(f.findings for f in files),
+        refused_cost=sum((f.refused_cost for f in files), Decimal(0)),
+        error=error,
     )
     return result
+
+
+def _outcome(files: Sequence[FileSummary]) -> health.Outcome:
+    """The run's counts for ``health.degraded_reason``; a file's parts (one per period) together."""
+    per_file: dict[str, list[int]] = {}
+    for f in files:
+        counts = per_file.setdefault(f.source_file, [0, 0])
+        counts[0] += f.read - f.skipped
+        counts[1] += f.accepted
+    return health.Outcome(
+        read=sum(f.read for f in files),
+        refused=sum(f.refused for f in files),
+        refused_cost=sum((f.refused_magnitude for f in files), Decimal(0)),
+        billed_cost=sum((f.billed_magnitude for f in files), Decimal(0)),
+        empty_files=[name for name, (rows, accepted) in per_file.items() if rows > 0 and accepted == 0],
+    )
 
 
 def _items(
@@ -268,9 +334,10 @@ class _Importer:
         catalog: InstanceCatalog,
         on_file: Callable[[FileSummary], None] | None,
         clock: Callable[[], dt.datetime],
+        window: Period,
     ) -> None:
         self.engine, self.source, self.run, self.catalog = engine, source, run, catalog
-        self.on_file, self.clock = on_file, clock
+        self.on_file, self.clock, self.window = on_file, clock, window
         self.files: list[FileSummary] = []
         self.unit: _Unit | None = None
         self.done: set[tuple[object, ...]] = set()
@@ -305,9 +372,12 @@ class _Importer:
         summary = unit.files.setdefault(name, FileSummary(name))
         # A file met for the first time in this run: its earlier import's lines go (those outside
         # the period too), before its keys are checked against what is stored.
-        new_files = sorted({name, *lines["source_file"].drop_nulls().unique().to_list()} - self.run_files)
+        named = {name, *lines["source_file"].drop_nulls().unique().to_list()}
+        named.update(f.file for f in batch.findings)
+        new_files = sorted(named - self.run_files)
         if new_files:
             self._delete(unit, period=None, files=new_files)
+            quality.delete_files(unit.conn, self.source, new_files)
             self.run_files.update(new_files)
         lines, refused = self._check(unit.conn, lines)
         summary.read += batch.read
@@ -315,9 +385,13 @@ class _Importer:
         for reason, n in batch.skipped_reasons.items():
             summary.skipped_reasons[reason] = summary.skipped_reasons.get(reason, 0) + n
         summary.period_start, summary.assembly_id = batch.period_start, batch.assembly_id
+        summary.period_end = batch.period_end
         # Counted against the batch's file: refusals are counted where the rows were read.
         summary.refused += len(batch.refused) + len(refused)
         summary.accepted += lines.height
+        _count_costs(summary, lines, [*batch.refused, *refused])
+        if batch.findings:
+            summary.finding_list = merge_findings([*summary.finding_list, *batch.findings])
         currency_mix.count(lines, summary.currencies)
         unit.written += store.insert_lines(unit.conn, self.source, lines)
         store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
@@ -336,6 +410,7 @@ class _Importer:
             # first run of batches already replaced it.
             if period is not None and key not in self.done:
                 self._delete(unit, period=period, files=())
+                quality.delete_period_files(conn, self.source, period[0])
                 store.delete_period_files(conn, self.source, period[0])
         except BaseException:
             conn.close()
@@ -412,7 +487,11 @@ class _Importer:
                 reason = f"{reason} {row['line_key']!r}: first on {where}"
             elif row.get(column) is not None:
                 reason = f"{reason}: {row[column]!r}"
-            refused.append(RefusedRow(row["source_file"] or "", row["line_no"], column, reason, _raw(row)))
+            # A duplicate's cost is in the ledger once already: it is no cost refused.
+            cost = None if column == "line_key" else row["billed_cost"]
+            refused.append(
+                RefusedRow(row["source_file"] or "", row["line_no"], column, reason, _raw(row), cost)
+            )
         good = checked.filter(pl.col("_bad").is_null()).select(list(BILLING_SCHEMA))
         return good, refused
 
@@ -443,6 +522,16 @@ class _Importer:
             pairs = currency_mix.fx_pairs(unit.conn)
             for summary in unit.files.values():
                 summary.notice = currency_mix.notice(summary.currencies, pairs)
+                summary.finding_list = _with_provider(summary.finding_list, summary.providers)
+                period = (summary.period_start, summary.period_end)
+                summary.findings = quality.write(
+                    unit.conn,
+                    self.source,
+                    self.run.run_id,
+                    summary.finding_list,
+                    period if period[0] and period[1] else self.window,  # type: ignore[arg-type]
+                    now,
+                )
             store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
             unit.conn.commit()
         finally:
@@ -454,6 +543,7 @@ class _Importer:
             accepted=sum(f.accepted for f in unit.files.values()),
             rejected=sum(f.refused for f in unit.files.values()),
             ledger_rows=unit.written,
+            findings=sum(f.findings for f in unit.files.values()),
         )
         if unit.period is not None:
             self.periods.append(unit.period)
@@ -489,6 +579,26 @@ def _close(unit: _Unit) -> None:
         log.debug("billing: restoring the connection's cache size failed", exc_info=True)
     finally:
         unit.conn.close()
+
+
+def _count_costs(summary: FileSummary, lines: pl.DataFrame, refused: Sequence[RefusedRow]) -> None:
+    """Add the refused rows' readable cost and the accepted lines' billed cost to ``summary``."""
+    costs = [r.cost for r in refused if r.cost is not None]
+    summary.refused_cost += sum(costs, Decimal(0))
+    summary.refused_magnitude += sum((abs(c) for c in costs), Decimal(0))
+    if lines.height:
+        billed = lines["billed_cost"].abs().sum()
+        summary.billed_magnitude += billed if isinstance(billed, Decimal) else Decimal(0)
+        summary.providers.update(p for p in lines["provider"].unique().to_list() if p is not None)
+
+
+def _with_provider(findings: list[Finding], providers: set[str]) -> list[Finding]:
+    """``findings`` with the file's provider where they name none and its lines have one only
+    (a CUR's findings are AWS's), so asking by provider finds them."""
+    if len(providers) != 1:
+        return findings
+    (provider,) = providers
+    return [f if f.provider is not None else replace(f, provider=provider) for f in findings]
 
 
 def _file_row(summary: FileSummary, now: dt.datetime) -> dict[str, object]:

@@ -22,7 +22,7 @@ from ledger_rows import at, row
 from sqlalchemy import Engine
 
 from service.auth.tokens import TokenStore
-from service.models import BillingLine, ConnectorState, Device, GpuRate
+from service.models import BillingLine, ConnectorState, DataQualityFinding, Device, GpuRate
 
 TEAMS = {"alpha": "ml", "beta": "ml", "gamma": "web", "delta": "web"}
 COST = {"alpha": "3", "beta": "1", "gamma": "2", "delta": "5"}
@@ -74,7 +74,12 @@ def ledger(put) -> None:  # type: ignore[no-untyped-def]
         effective_per_gpu_hour=Decimal("2"), currency="USD",
     )  # fmt: skip
     state = ConnectorState(name="cur", type="aws_cur", status="OK")
-    put([*rows, *devices, line, rate, state])
+    finding = DataQualityFinding(
+        connector="cur", run_id=1, source_file="cur.csv", provider="aws", rule="negative_usage",
+        column_name="UsageAmount", reason="negative", count=1, examples='[{"line": 2, "value": "-1"}]',
+        period_start=at(0), period_end=at(2), recorded_at=at(2),
+    )  # fmt: skip
+    put([*rows, *devices, line, rate, state, finding])
 
 
 class Caller:
@@ -206,7 +211,7 @@ def _check(
 @pytest.mark.slow
 def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     roots, dims, policies = _schema(callers["all"])
-    walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors"}
+    walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors", "dataQuality"}
     assert set(roots) == walked, f"walk the new root field(s) {set(roots) - walked} in this test"
     assert "PROJECT" in dims and "TEAM" in dims and len(policies) >= 3
 
@@ -243,6 +248,7 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
         "billingLines": "billingLines(first: 5) { totalCount edges { node { account } } }",
         "rates": "rates(window: $w) { environment }",
         "connectors": "connectors { name }",
+        "dataQuality": "dataQuality(window: $w) { rule rows examples { file } }",
     }
     for field, selection in account_wide.items():
         windowed = "$w" in selection

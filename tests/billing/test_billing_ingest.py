@@ -78,7 +78,8 @@ def test_counts_add_up_and_lines_land(engine: Engine) -> None:
     result, calls = ingest(engine, source(part_one(), part_two()))
     assert (result.read, result.accepted, result.refused, result.skipped) == (7, 4, 1, 2)
     assert result.read == result.accepted + result.refused + result.skipped
-    assert result.status == ConnectorStatus.OK and result.unknown_types == ("g9.xlarge",)
+    # 1 of 7 rows refused: above max_refused_rows_pct (1 %), so DEGRADED; the lines still land.
+    assert result.status == ConnectorStatus.DEGRADED and result.unknown_types == ("g9.xlarge",)
     assert [(f.source_file, f.read, f.accepted, f.refused, f.skipped) for f in result.files] == [
         ("s3://cur/2025-09/a1/part-1.csv", 6, 3, 1, 2),
         ("s3://cur/2025-09/a1/part-2.csv", 1, 1, 0, 0),
@@ -108,7 +109,7 @@ def test_counts_add_up_and_lines_land(engine: Engine) -> None:
         )
         state = session.get(ConnectorState, "bills")
         run = session.get(ConnectorRun, result.run_id)
-        assert state is not None and state.watermark == OCT and state.status == "OK"
+        assert state is not None and state.watermark == OCT and state.status == "DEGRADED"
         assert run is not None and (run.read, run.accepted, run.rejected, run.ledger_rows) == (5, 4, 1, 4)
     # One re-pricing call over the period (the lines lie inside it).
     assert calls == [[(SEP, OCT)]]
@@ -270,10 +271,14 @@ def test_cli_ingests_a_billing_connector(tmp_path: Path, monkeypatch: pytest.Mon
         )
     finally:
         engine.dispose()
-    # Once the bad file is gone the window is in: exit 0, the watermark moves.
+    # Once the bad file is gone the window is in, though 1 of 3 rows refused is DEGRADED: exit 3,
+    # or 0 when allowed; the watermark moves.
     (exports / "2.unreadable").unlink()
+    degraded = "status=DEGRADED files=1 failed=0 read=3 accepted=2 refused=1"
     result = CliRunner().invoke(app, [*args, "--config", str(config)])
-    assert result.exit_code == 0 and "status=OK files=1 failed=0 read=3 accepted=2 refused=1" in result.stdout
+    assert result.exit_code == 3 and degraded in result.stdout
+    result = CliRunner().invoke(app, [*args, "--allow-degraded", "--config", str(config)])
+    assert result.exit_code == 0 and degraded in result.stdout
 
 
 # --- streaming: one transaction per period across its batches -------------------------------------

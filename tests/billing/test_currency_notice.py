@@ -45,8 +45,9 @@ def test_mixed_currencies_without_fx_are_reported_then_quiet_with_a_rate(tmp_pat
     result = runner.invoke(app, ["ingest", "bills", *WINDOW, "--config", str(config)])
     assert result.exit_code == 0, result.stdout
     first, per_file = result.stdout.splitlines()[:2]
-    assert first.endswith(f"read=4 accepted=4 refused=0 skipped=0 replaced=0 {SAID}")
-    assert per_file.endswith(f"read=4 accepted=4 refused=0 skipped=0 {SAID}")
+    quality = "findings=0 refused_cost=0"
+    assert first.endswith(f"read=4 accepted=4 refused=0 skipped=0 replaced=0 {quality} {SAID}")
+    assert per_file.endswith(f"read=4 accepted=4 refused=0 skipped=0 {quality} {SAID}")
     engine = make_engine(f"sqlite:///{db}")
     try:
         with engine.connect() as conn:
