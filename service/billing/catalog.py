@@ -2,11 +2,17 @@
 
 A bill says "24 hours of p5.48xlarge"; the ledger needs GPU-hours (192). The bundled catalog
 ``gpu_instances.csv`` (versioned on its first line; package data) maps AWS instance types, GCP
-machine types and Azure VM sizes to ``provider``, ``gpu_model``, ``gpu_count`` and
-``gpu_memory_gib`` (memory of ONE GPU). Operators add or correct entries with
-``[[instance_types]]`` tables in the config file (:class:`InstanceTypeConfig`); a configured entry
-replaces the bundled one of the same name. Lookups ignore case and surrounding spaces (Azure
-spells sizes ``Standard_ND96isr_H100_v5`` or ``standard_nd96isr_h100_v5`` depending on the export).
+machine types, Azure VM sizes and Oracle Cloud (OCI) GPU shapes to ``provider``, ``gpu_model``,
+``gpu_count`` and ``gpu_memory_gib`` (memory of ONE GPU). Operators add or correct entries — for
+any provider, those arriving through FOCUS included — with ``[[instance_types]]`` tables in the
+config file (:class:`InstanceTypeConfig`, ``provider = "oracle"``…; ``Settings.instance_catalog()``
+builds the catalog the ingest uses); a configured entry replaces the bundled one of the same name.
+Lookups ignore case and surrounding spaces (Azure spells sizes ``Standard_ND96isr_H100_v5`` or
+``standard_nd96isr_h100_v5`` depending on the export).
+
+An OCI GPU shape the catalog does not know (a new one) still gets its GPUs from its name, where the
+name says them: OCI names GPU shapes ``<BM|VM>.GPU….<GPUs>`` (``BM.GPU.A100-v2.8`` → 8,
+``VM.GPU.A10.1`` → 1; :data:`OCI_SHAPE_GPUS`) — a catalog entry, bundled or configured, wins.
 
 What is deliberately *not* in it:
 
@@ -49,8 +55,12 @@ NON_GPU_TIME_CHARGES = frozenset({"savingsplannegation", "unusedreservation", "u
 
 #: Instance types that look like GPU families: AWS P and G (p3, p4de, p5en, g4dn, g5, g6e, gr6),
 #: GCP accelerator-optimized (a2-, a3-, a4-, g2-, g4-), Azure N-series GPU sizes (NC, ND, NG, NV;
-#: NP is FPGA). Matched lower-cased.
-GPU_LOOKING = r"^(?:[pg][a-z]?\d+[a-z0-9\-]*\.|a\d+[a-z]?-|g\d+-|standard_n[cdgv])"
+#: NP is FPGA), OCI GPU shapes (BM.GPU…, VM.GPU…). Matched lower-cased.
+GPU_LOOKING = r"^(?:[pg][a-z]?\d+[a-z0-9\-]*\.|a\d+[a-z]?-|g\d+-|standard_n[cdgv]|(?:bm|vm)\.gpu)"
+#: An OCI GPU shape whose last part is its number of GPUs (matched lower-cased): ``bm.gpu.h100.8``,
+#: ``bm.gpu.a100-v2.8``, ``bm.gpu4.8``, ``vm.gpu3.4``. (In OCI's *standard* shapes the last number
+#: counts OCPUs: only ``.GPU`` shapes are read this way.)
+OCI_SHAPE_GPUS = r"^(?:bm|vm)\.gpu[0-9]*(?:\.[a-z0-9][a-z0-9-]*)*\.([0-9]{1,2})$"
 
 
 class InstanceTypeConfig(BaseModel):
@@ -164,7 +174,8 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
     """``lines`` with ``gpu_count`` and ``gpu_hours`` filled where the parser left them null.
 
     * ``gpu_count`` ← the catalog's count for ``instance_type`` (a count the source itself gives,
-      e.g. FOCUS ``SkuPriceDetails.GpuCount``, is kept).
+      e.g. FOCUS ``SkuPriceDetails.GpuCount``, is kept), else the count an OCI GPU shape's name
+      states (:data:`OCI_SHAPE_GPUS`).
     * ``gpu_hours`` (a value the parser set is kept):
       GPU SKU rows (``is_gpu_sku``, GCP) in an hours unit → ``usage_quantity`` (already GPU-hours);
       other GCP rows of a known GPU machine → 0 (their GPUs are billed on the GPU SKU rows);
@@ -179,7 +190,8 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
     joined = lines.with_columns(_key_expr().alias("_key")).join(
         catalog.frame, on="_key", how="left", coalesce=True, maintain_order="left"
     )
-    count = pl.coalesce(pl.col("gpu_count"), pl.col("_catalog_gpu_count")).cast(pl.Int32)
+    named = _key_expr().str.extract(OCI_SHAPE_GPUS, 1).cast(pl.Int32, strict=False)
+    count = pl.coalesce(pl.col("gpu_count"), pl.col("_catalog_gpu_count"), named).cast(pl.Int32)
     joined = joined.with_columns(count.alias("gpu_count"))
     gpu_sku = pl.col("is_gpu_sku").fill_null(False)
     hours = _hours_unit().fill_null(False)
