@@ -6,8 +6,12 @@ Sources (exactly one):
   (detailed) export table as BigQuery writes it out: JSON Lines with the nested records
   (``service{id,description}``, ``sku``, ``project``, ``labels[]``, ``system_labels[]``,
   ``location``, ``resource``, ``usage``, ``credits[]``, ``invoice``), Parquet with the same nested
-  columns, or a flat CSV (a query's output: ``service.id`` / ``service_id`` style names, labels and
-  credits as JSON text in ``labels_json`` / ``credits_json``). ``.gz`` is undone whatever the name.
+  columns, or a flat CSV (a query's output or a tool's: ``service.id`` / ``service_id`` style names;
+  every nested column as text in a cell — ``credits`` / ``credits_json``, ``labels`` /
+  ``labels_json``, ``system_labels`` / ``system_labels_json``, a whole record such as ``resource``
+  or ``usage`` — written as JSON or, as pandas and koku-nise write them, as a Python literal
+  (``[{'amount': -3.2e-05, 'full_name': None}]``): :func:`_from_flat`). ``.gz`` is undone whatever
+  the name.
 * ``bigquery_table``: the export table itself, queried with ``google-cloud-bigquery`` (the ``gcp``
   extra); see :meth:`GcpBillingConnector.read_bigquery` for the query, money, keys and
   re-exported rows. Its rows are mapped to the same nested records as a JSONL export, so both
@@ -35,8 +39,19 @@ Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
   family from a core/RAM SKU of the same resource (``A3 Instance Core …`` → ``a3``), which names no
   GPU count (the catalog will not know it: reported, never priced at 0).
 * ``cost_type`` regular → Usage (a ``Commitment …`` SKU → Purchase), tax → Tax, adjustment and
-  rounding error → Adjustment. Pricing: ``Spot``/``Preemptible`` SKUs → spot, a committed-use
-  credit → commitment, else on demand.
+  rounding error → Adjustment (matched ignoring case, ``_`` and spaces; empty or absent, as in
+  exports older than the column: regular). Any other value is booked as Adjustment — the money is
+  the invoice's, but a charge the export does not call usage must not feed GPU-hour rates — and
+  counted as finding ``unknown_value``. Pricing: ``Spot``/``Preemptible`` SKUs → spot, a
+  committed-use credit → commitment, else on demand.
+* Refused (the row cannot be booked): ``cost`` or a credit amount (or ``credits_total``) that is
+  not a number, credits that cannot be decoded (the effective cost would be wrong), an unknown
+  currency, a usage period that cannot be read or cannot be one (end not after start, outside
+  2000..2100, outside its invoice month by more than a day), an invoice month that is not
+  ``YYYYMM``. Imported with a finding: negative usage on a regular row (``negative_usage``), a
+  usage amount or ``cost_at_list`` that is not a number (``unreadable_number``: no quantity, or
+  the list cost is the cost), labels, system labels or a record cell that cannot be decoded
+  (``unreadable_json``: dropped). Refusals and findings name the column as the file spells it.
 * ``line_key``: the export has no row id, so it is ``sha1:`` + the SHA-1 of the raw line (JSONL,
   CSV) or of the record's JSON (Parquet). Polars' own hash is not stable across versions, so
   hashlib runs once per line; a line seen twice in a chunk is refused as a duplicate (a repeat in
@@ -57,11 +72,12 @@ its first batch.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -83,6 +99,7 @@ from connectors.billing_io import (
     Checks,
     Normalized,
     Split,
+    canonical,
     check_explicit,
     export_files,
     file_kind,
@@ -113,10 +130,10 @@ from connectors.sdk import (
 _D18 = pl.Decimal(38, 18)  # products and quotients are taken at 18 decimals, then rounded to 9
 _LABEL = pl.List(pl.Struct({"key": pl.String(), "value": pl.String()}))
 _CREDIT = pl.List(pl.Struct({"name": pl.String(), "amount": pl.String(), "type": pl.String()}))
+# tried first (the forms BigQuery writes), then every ISO 8601 form (billing_io.flexible_time):
+# koku-nise's ``2025-09-01T00:00:00`` (no zone: UTC), pandas' ``2020-11-09 23:00:00+00:00``, …
 _TIME_FORMATS = (
-    "%Y-%m-%d %H:%M:%S%.f UTC",  # BigQuery's JSON/CSV rendering
-    "%Y-%m-%dT%H:%M:%S%.fZ",
-    "%Y-%m-%dT%H:%M:%S%.f%:z",
+    "%Y-%m-%d %H:%M:%S%.f UTC",  # BigQuery's JSON and CSV rendering
     "%Y-%m-%d %H:%M:%S%.f%:z",  # a Parquet TIMESTAMP cast to text
 )
 _CATEGORY = {
@@ -532,9 +549,11 @@ class GcpExportDialect(Dialect):
         del first, period  # the first pass reads every chunk; the export names no period
         facts: tuple[pl.DataFrame, bool, bool] | None = None
         columns: set[str] = set()
+        spelled: dict[str, str] = {}
         for frame, _refused in opened.chunks(self.chunk_rows):
             columns.update(c for c in frame.columns if c not in (LINE, "line_key"))
-            good = _checks(_flat(frame, opened.label, opened.format), opened.label).rows
+            flat, spelled = _flat(frame, opened.label, opened.format)
+            good = _checks(flat, opened.label, spelled).rows
             chunk_facts = _file_facts(good, *self.window)
             facts = chunk_facts if facts is None else _merge_facts(facts, chunk_facts)
         if opened.format == "jsonl":
@@ -544,18 +563,27 @@ class GcpExportDialect(Dialect):
         resources, hit, good_any = facts
         if good_any and not hit:
             raise SkipFile
-        return _GcpFile(opened.label, opened.format, resources)
+        return _GcpFile(opened.label, opened.format, resources, _quantity_column(spelled))
+
+
+def _quantity_column(spelled: dict[str, str]) -> str:
+    """The file's name of the column ``usage_quantity`` comes from (the driver's GPU-hours finding
+    names it): the amount in pricing units, else the amount."""
+    priced = "usage_amount_in_pricing_units"
+    return spelled.get(priced) or spelled.get("usage_amount") or ".".join(_NESTED[priced])
 
 
 class _GcpFile:
     period: Period | None = None  # daily files must not replace each other: lines are replaced by file
 
-    def __init__(self, file: str, form: Format, facts: pl.DataFrame) -> None:
+    def __init__(self, file: str, form: Format, facts: pl.DataFrame, quantity_column: str) -> None:
         self.file, self.format, self.facts = file, form, facts
+        self.quantity_column = quantity_column
 
     def normalize(self, chunk: pl.DataFrame) -> Normalized:
-        good, refused, findings = _checks(_flat(chunk, self.file, self.format), self.file)
-        return _to_lines(good, self.file, self.facts), refused, findings
+        flat, spelled = _flat(chunk, self.file, self.format)
+        good, refused, findings = _checks(flat, self.file, spelled)
+        return Normalized(_to_lines(good, self.file, self.facts), refused, findings)
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
@@ -564,15 +592,26 @@ class _GcpFile:
         """Nothing to log: the ingestor records the run's counts."""
 
 
-def _flat(frame: pl.DataFrame, file: str, form: Format) -> pl.DataFrame:
-    """A chunk as the flat text frame the checks read (with its ``line_key``)."""
+#: How the nested export spells the flat frame's columns (refusals and findings name these).
+_NESTED_SPELLED = {
+    **{c: ".".join(p) for c, p in _NESTED.items()},
+    **{c: c for c in ("credits", "labels", "system_labels")},
+}
+
+
+def _flat(frame: pl.DataFrame, file: str, form: Format) -> tuple[pl.DataFrame, dict[str, str]]:
+    """A chunk as the flat text frame the checks read (with its ``line_key``), and how the file
+    spells its columns."""
     if form == "csv":
-        return _from_flat(frame.rename({c: c.replace(".", "_") for c in frame.columns}), file)
+        return _from_flat(frame, file)
     if form == "jsonl":
         nested = _from_nested(frame.drop("line_key"), file, require=False)
-        return nested.join(frame.select(LINE, "line_key"), on=LINE, how="left")
-    flat = _from_nested(frame, file) if "sku" in frame.columns else _from_flat(frame, file)
-    return flat.join(_record_keys(frame), on=LINE, how="left")
+        return nested.join(frame.select(LINE, "line_key"), on=LINE, how="left"), _NESTED_SPELLED
+    if "sku" in frame.columns:
+        flat, spelled = _from_nested(frame, file), _NESTED_SPELLED
+    else:
+        flat, spelled = _from_flat(frame, file)
+    return flat.join(_record_keys(frame), on=LINE, how="left"), spelled
 
 
 def _file_facts(good: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> tuple[pl.DataFrame, bool, bool]:
@@ -614,18 +653,21 @@ def _path(frame: pl.DataFrame, path: tuple[str, ...]) -> pl.Expr:
 
 
 def _typed_list(frame: pl.DataFrame, column: str, dtype: pl.DataType) -> pl.Expr:
-    if (
-        column not in frame.columns
-        or frame.schema[column] == pl.List(pl.Null)
-        or frame.schema[column] == pl.Null
-    ):
-        return pl.lit(None, dtype)
-    inner = frame.schema[column]
-    if not isinstance(inner, pl.List) or not isinstance(inner.inner, pl.Struct):
-        return pl.lit(None, dtype)
-    names = {f.name for f in inner.inner.fields}
+    """The repeated record ``column`` as ``dtype`` (a list of text structs); a single record where
+    a list belongs (koku-nise writes one credit as an object) is a list of one."""
     target = dtype.inner if isinstance(dtype, pl.List) else None
     assert isinstance(target, pl.Struct), f"{column}: the target type is a list of structs"
+    kind = frame.schema.get(column)
+    if isinstance(kind, pl.Struct):
+        names = {f.name for f in kind.fields}
+        fields = [
+            (pl.col(column).struct.field(f) if f in names else pl.lit(None)).cast(pl.String).alias(f)
+            for f in (fl.name for fl in target.fields)
+        ]
+        return pl.when(pl.col(column).is_not_null()).then(pl.concat_list(pl.struct(fields)))
+    if not isinstance(kind, pl.List) or not isinstance(kind.inner, pl.Struct):
+        return pl.lit(None, dtype)
+    names = {f.name for f in kind.inner.fields}
     fields = [
         (pl.element().struct.field(f) if f in names else pl.lit(None)).cast(pl.String).alias(f)
         for f in (fl.name for fl in target.fields)
@@ -641,20 +683,22 @@ def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.
     resource = frame.schema.get("resource")
     if isinstance(resource, pl.Struct) and "global_name" not in {f.name for f in resource.fields}:
         _no_global_name(file, "resource.global_name")
-    system = _typed_list(frame, "system_labels", _LABEL)
-    spec = system.list.eval(
-        pl.element().filter(pl.element().struct.field("key") == "compute.googleapis.com/machine_spec")
-    ).list.first()
     return frame.select(
         pl.col(LINE).cast(pl.Int64),
         *(_path(frame, p).alias(c) for c, p in _NESTED.items()),
-        spec.struct.field("value").alias("machine_spec"),
+        _machine_spec(_typed_list(frame, "system_labels", _LABEL)).alias("machine_spec"),
         _typed_list(frame, "labels", _LABEL).alias("_labels"),
         _typed_list(frame, "credits", _CREDIT).alias("_credits"),
         pl.lit(None, pl.String).alias("credits_total"),
-        pl.lit(False).alias("_credits_bad"),
-        pl.lit(False).alias("_labels_bad"),
+        *(pl.lit(False).alias(f"_{c}_bad") for c in _JSON_CELLS),
     )
+
+
+def _machine_spec(system_labels: pl.Expr) -> pl.Expr:
+    spec = system_labels.list.eval(
+        pl.element().filter(pl.element().struct.field("key") == "compute.googleapis.com/machine_spec")
+    ).list.first()
+    return spec.struct.field("value")
 
 
 def _no_global_name(file: str, column: str) -> None:
@@ -671,56 +715,179 @@ def _no_global_name(file: str, column: str) -> None:
     )
 
 
-def _from_flat(frame: pl.DataFrame, file: str) -> pl.DataFrame:
-    """A flat export (CSV, flat Parquet): labels and credits arrive as JSON text."""
+# --- the flat export: nested columns as text in a cell -----------------------------------------
+
+#: The repeated records of the export a flat file holds as text, by the flat frame's name, with
+#: the names files give them (dots already read as ``_``): the export's own name, then a query's
+#: ``…_json`` alias.
+_JSON_CELLS: dict[str, tuple[str, ...]] = {
+    "credits": ("credits", "credits_json"),
+    "labels": ("labels", "labels_json"),
+    "system_labels": ("system_labels", "system_labels_json"),
+}
+#: Records a flat file may hold whole in one cell (pandas' ``to_csv`` of a query's rows writes a
+#: RECORD column so): their fields are read where the file has no column of their own.
+_RECORD_CELLS = ("service", "sku", "project", "location", "resource", "usage", "invoice")
+
+
+def _from_flat(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, dict[str, str]]:
+    """A flat export (CSV, flat Parquet) as the flat text frame the checks read, and how the file
+    spells each of its columns. Dotted names (``service.id``, ``project.labels``) are read as
+    ``service_id``…; every JSON-bearing cell is decoded once per distinct text (:func:`_loads`:
+    JSON or a Python literal, numbers kept as their text): credits (``credits`` or
+    ``credits_json``: a list of ``{name, amount, type}``, or one such object), labels and system
+    labels (a list of ``{key, value}`` or an object of them; the machine type is the
+    ``compute.googleapis.com/machine_spec`` system label, else a ``machine_spec`` column), a whole
+    record (``resource``: ``{"name": …, "global_name": …}``). A cell that cannot be decoded sets
+    ``_<name>_bad`` for the checks."""
+    spelled = {c.replace(".", "_"): c for c in reversed(frame.columns) if c != LINE}
+    frame = frame.rename({c: c.replace(".", "_") for c in frame.columns})
+    frame = frame.with_columns(
+        pl.col(c).cast(pl.String) for c in frame.columns if c not in (LINE, "line_key")
+    )
+    frame, spelled = _record_cells(frame, spelled)
     require_columns(frame, file, REQUIRED)
     if "resource_name" in frame.columns and "resource_global_name" not in frame.columns:
-        _no_global_name(file, "resource_global_name")
-    frame = frame.with_columns(pl.col(c).cast(pl.String) for c in frame.columns if c != LINE)
-    labels = pl.lit(None, _LABEL)
-    if "labels_json" in frame.columns:
-        # a JSON list of {key, value}; anything else is refused by ``normalize`` (not decoded here:
-        # one bad text would fail the whole column)
-        text = pl.col("labels_json").str.strip_chars()
-        valid = text.str.json_path_match("$").str.starts_with("[").fill_null(False)
-        frame = frame.with_columns((~valid & text.is_not_null() & (text != "")).alias("_labels_bad"))
-        frame = frame.with_columns(pl.when(valid).then(text).alias("_labels_text"))
-        labels = pl.col("_labels_text").str.json_decode(_LABEL)
-    texts = frame["credits_json"].drop_nulls().unique().to_list() if "credits_json" in frame.columns else []
-    decoded, broken = [], []
-    for text in texts:  # once per distinct credits text (most rows hold "[]"), exact numbers
+        _no_global_name(file, spelled.get("resource_name", "resource_name").replace("name", "global_name"))
+    shapes = {
+        "credits": (_CREDIT, _credit_list),
+        "labels": (_LABEL, _label_list),
+        "system_labels": (_LABEL, _label_list),
+    }
+    for name, spellings in _JSON_CELLS.items():
+        source = next((s for s in spellings if s in frame.columns), None)
+        dtype, convert = shapes[name]
+        if source is None:
+            frame = frame.with_columns(
+                pl.lit(None, dtype).alias(f"_{name}"), pl.lit(False).alias(f"_{name}_bad")
+            )
+            continue
+        spelled[name] = spelled.get(source, source)
+        frame = frame.rename({source: name}) if source != name else frame
+        frame = _decode_cells(frame, name, dtype, convert)
+    spec = _machine_spec(pl.col("_system_labels"))
+    if "machine_spec" in frame.columns:
+        spec = pl.coalesce(spec, pl.when(pl.col("machine_spec") != "").then(pl.col("machine_spec")))
+    frame = frame.with_columns(spec.alias("machine_spec"))
+    optional = [*_NESTED, "credits_total"]
+    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
+    return frame, spelled
+
+
+def _record_cells(frame: pl.DataFrame, spelled: dict[str, str]) -> tuple[pl.DataFrame, dict[str, str]]:
+    """The fields of a record held whole in one cell (``resource`` = ``{"name": …}``) as the flat
+    columns, where the file has no column of their own; one that cannot be decoded sets
+    ``_<record>_bad``."""
+    for record in _RECORD_CELLS:
+        if record not in frame.columns:
+            continue
+        fields = {
+            c: p[1] for c, p in _NESTED.items() if p[0] == record and len(p) == 2 and c not in frame.columns
+        }
+        if not fields:
+            continue
+        dtype = pl.Struct({f: pl.String() for f in fields.values()})
+        frame = _decode_cells(frame, record, dtype, _record_of(tuple(fields.values())))
+        frame = frame.with_columns(pl.col(f"_{record}").struct.field(f).alias(c) for c, f in fields.items())
+        spelled.update({c: f"{spelled.get(record, record)}.{f}" for c, f in fields.items()})
+    return frame, spelled
+
+
+def _decode_cells(
+    frame: pl.DataFrame, column: str, dtype: pl.DataType, convert: Callable[[object], object]
+) -> pl.DataFrame:
+    """``frame`` with ``_<column>`` (the decoded cell as ``dtype``) and ``_<column>_bad`` (a cell that
+    is not empty and cannot be decoded); each distinct text is decoded once (most rows repeat a
+    few: ``[]``, a VM's labels)."""
+    texts = frame[column].drop_nulls().unique().to_list()
+    values, bad = [], []
+    for text in texts:
         try:
-            value = json.loads(text, parse_float=str, parse_int=str) if text.strip() else []
-            credits = [{k: _text(c.get(k)) for k in ("name", "amount", "type")} for c in value]
-        except (json.JSONDecodeError, AttributeError, TypeError):
-            credits, value = None, None
-        decoded.append(credits)
-        broken.append(value is None)
+            values.append(convert(_loads(text)) if text.strip() else None)
+            bad.append(False)
+        except (ValueError, TypeError, AttributeError):
+            values.append(None)
+            bad.append(True)
     table = pl.DataFrame(
-        {"credits_json": texts, "_credits": decoded, "_credits_bad": broken},
-        schema={"credits_json": pl.String, "_credits": _CREDIT, "_credits_bad": pl.Boolean},
+        {column: texts, f"_{column}": values, f"_{column}_bad": bad},
+        schema={column: pl.String, f"_{column}": dtype, f"_{column}_bad": pl.Boolean},
     )
-    if "credits_json" in frame.columns:
-        frame = frame.join(table, on="credits_json", how="left")
-    frame = frame.with_columns(
-        labels.alias("_labels"),
-        pl.col("_credits") if "_credits" in frame.columns else pl.lit(None, _CREDIT).alias("_credits"),
-        pl.col("_credits_bad").fill_null(False)
-        if "_credits_bad" in frame.columns
-        else pl.lit(False).alias("_credits_bad"),
+    joined = frame.join(table, on=column, how="left", maintain_order="left")
+    return joined.with_columns(pl.col(f"_{column}_bad").fill_null(False))
+
+
+def _loads(text: str) -> object:
+    """A JSON-bearing cell: JSON, else a Python literal (pandas' ``to_csv`` and koku-nise write
+    ``[{'amount': -3.2e-05, 'full_name': None}]``). Numbers stay their text (never a float).
+    Raises ValueError when it is neither."""
+    try:
+        return json.loads(text, parse_float=str, parse_int=str)
+    except json.JSONDecodeError:
+        pass
+    try:
+        tree = ast.parse(text.strip(), mode="eval")  # parsed, never evaluated
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"neither JSON nor a literal: {exc}") from None
+    return _literal(tree.body, text.strip())
+
+
+def _literal(node: ast.AST, text: str) -> object:
+    """A Python literal's syntax tree as the values ``json.loads(parse_float=str)`` gives."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_literal(e, text) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        keys = [_literal(k, text) if k is not None else None for k in node.keys]
+        if not all(isinstance(k, str) for k in keys):
+            raise ValueError("a literal's keys must be text")
+        return {k: _literal(v, text) for k, v in zip(keys, node.values, strict=True)}
+    number = (
+        node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd) else node
     )
-    if "_labels_bad" not in frame.columns:
-        frame = frame.with_columns(pl.lit(False).alias("_labels_bad"))
-    optional = [*_NESTED, "machine_spec", "credits_total"]
-    return frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
+    if isinstance(number, ast.Constant):
+        value = number.value
+        if number is node and (value is None or isinstance(value, str | bool)):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return ast.get_source_segment(text, node)  # the number as written: exact
+    raise ValueError(f"not a literal value: {ast.dump(node)[:80]}")
+
+
+def _records(value: object) -> list[dict[str, object]]:
+    """A repeated record's value: a list of objects, or one object where a list belongs."""
+    items = [value] if isinstance(value, dict) else value
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ValueError("not a list of records")
+    return items
+
+
+def _credit_list(value: object) -> list[dict[str, str | None]]:
+    return [{k: _text(c.get(k)) for k in ("name", "amount", "type")} for c in _records(value)]
+
+
+def _label_list(value: object) -> list[dict[str, str | None]]:
+    if isinstance(value, dict) and not {"key", "value"} <= set(value):  # {"team": "ml"}
+        return [{"key": k, "value": _text(v)} for k, v in value.items()]
+    return [{"key": _text(label.get("key")), "value": _text(label.get("value"))} for label in _records(value)]
+
+
+def _record_of(fields: tuple[str, ...]) -> Callable[[object], dict[str, str | None]]:
+    def record(value: object) -> dict[str, str | None]:
+        if not isinstance(value, dict):
+            raise ValueError("not a record")
+        return {f: _text(value.get(f)) for f in fields}
+
+    return record
 
 
 def _text(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return None if value is None else str(value)
 
 
 def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
-    """Per line: Σ credits, the credits per type as tag fragments, committed-use flag, bad amount."""
+    """Per line: Σ credits, the credits per type as tag fragments, committed-use flag, bad amount.
+    An empty placeholder credit (no name, no type, amount 0: koku-nise's JSONL) is no credit."""
     long = (
         frame.select(LINE, "_credits")
         .explode("_credits")
@@ -728,10 +895,15 @@ def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
         .select(
             LINE,
             amount_text=pl.col("_credits").struct.field("amount").str.strip_chars(),
-            type=pl.col("_credits").struct.field("type").fill_null("UNKNOWN"),
+            name=pl.col("_credits").struct.field("name"),
+            type=pl.col("_credits").struct.field("type"),
         )
-        .with_columns(amount=pl.col("amount_text").cast(MONEY, strict=False))
+        .with_columns(amount=pl.col("amount_text").cast(MONEY, strict=False))  # 3.2e-05 exactly
     )
+    unnamed = pl.col("name").fill_null("").str.strip_chars() == ""
+    untyped = pl.col("type").fill_null("").str.strip_chars() == ""
+    long = long.filter(~(unnamed & untyped & (pl.col("amount") == 0).fill_null(False)))
+    long = long.with_columns(pl.when(untyped).then(pl.lit("UNKNOWN")).otherwise(pl.col("type")).alias("type"))
     by_type = long.group_by(LINE, "type").agg(
         pl.col("amount").sum(), pl.col("amount").is_null().any().alias("bad")
     )
@@ -751,28 +923,53 @@ def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def normalize(frame: pl.DataFrame, file: str) -> Normalized:
-    """The flat text frame → (``BILLING_SCHEMA`` lines, refused rows, findings), its rows'
-    resources seen in it alone (a query's page)."""
+    """The flat text frame of the nested export → (``BILLING_SCHEMA`` lines, refused rows,
+    findings), its rows' resources seen in it alone (a query's page)."""
     good, refused, findings = check(frame, file)
-    return _to_lines(good, file, resource_facts(good)), refused, findings
+    return Normalized(_to_lines(good, file, resource_facts(good)), refused, findings)
 
 
 def check(frame: pl.DataFrame, file: str) -> Split:
-    """:func:`_checks`, then a line seen twice in the frame is refused (a query's page; a file's
-    chunk has the driver refuse them)."""
-    good, refused, findings = _checks(frame, file)
+    """:func:`_checks` (columns named as the nested export spells them), then a line seen twice in
+    the frame is refused (a query's page; a file's chunk has the driver refuse them)."""
+    good, refused, findings = _checks(frame, file, _NESTED_SPELLED)
     good, duplicates = refuse_duplicates(good, file)
     return Split(good, [*refused, *duplicates], findings)
 
 
-def _checks(frame: pl.DataFrame, file: str) -> Split:
-    """The flat text frame → (good rows with their parsed values, refused rows, findings)."""
+_NAN = ("NaN", "nan", "NAN")
+
+
+def _optional_number(checks: Checks, column: str, instead: str) -> pl.Expr:
+    """``column`` as Decimal(38, 9), or null; a cell that is not a number is imported as no value
+    and counted as finding ``unreadable_number`` (``instead`` says what the line uses then)."""
+    text = pl.col(column).str.strip_chars()
+    text = pl.when(text.is_in(_NAN)).then(pl.lit("")).otherwise(text)
+    value = checks.value(text.cast(MONEY, strict=False))  # exponent forms exactly
+    bad = text.is_not_null() & (text != "") & value.is_null()
+    checks.flag(column, "unreadable_number", f"not a number: {instead}", bad)
+    return value
+
+
+def _checks(frame: pl.DataFrame, file: str, spelled: dict[str, str]) -> Split:
+    """The flat text frame → (good rows with their parsed values, refused rows, findings).
+
+    Refused: what makes the row's money, currency or usage period unreadable. Flagged: the rest."""
     parts = _credit_parts(frame)
     frame = frame.join(parts, on=LINE, how="left")
-    checks = Checks(file)
+    checks = Checks(file, spelled=spelled, provider=pl.lit("gcp"))
     cost = checks.decimal("cost")
-    cost_type = pl.col("cost_type").str.strip_chars().str.to_lowercase().fill_null("regular")
-    checks.add("cost_type", "unknown cost_type", ~cost_type.is_in(list(_CATEGORY)))
+    checks.money = cost  # a refused row keeps its cost, for the run's refused-cost share
+    typed = pl.col("cost_type").str.strip_chars()
+    known = canonical(typed, list(_CATEGORY))
+    untyped = typed.is_null() | (typed == "")
+    cost_type = pl.when(untyped).then(pl.lit("regular")).otherwise(known)  # null: unknown
+    checks.flag(
+        "cost_type",
+        "unknown_value",
+        f"not a cost_type of the export ({', '.join(_CATEGORY)}): booked as Adjustment",
+        ~untyped & known.is_null(),
+    )
     start = checks.timestamp("usage_start_time", *_TIME_FORMATS)
     end = checks.timestamp("usage_end_time", *_TIME_FORMATS)
     checks.add("usage_end_time", "usage_end_time is not after usage_start_time", end <= start)
@@ -791,17 +988,23 @@ def _checks(frame: pl.DataFrame, file: str) -> Split:
     )
     currency = checks.currency("currency", BILLING_CURRENCIES)
     regular = cost_type == "regular"
-    amount = checks.decimal("usage_amount", required=False)
-    checks.add("usage_amount", "negative usage on a regular row", regular & (amount < 0))
-    priced = checks.decimal("usage_amount_in_pricing_units", required=False)
-    checks.add("usage_amount_in_pricing_units", "negative usage on a regular row", regular & (priced < 0))
+    amount = _optional_number(checks, "usage_amount", "no usage quantity")
+    priced = _optional_number(checks, "usage_amount_in_pricing_units", "the usage amount is the quantity")
+    negative = "negative usage on a regular row (imported: the money is the bill's)"
+    checks.flag("usage_amount", "negative_usage", negative, regular & (amount < 0))
+    checks.flag("usage_amount_in_pricing_units", "negative_usage", negative, regular & (priced < 0))
     total = checks.decimal("credits_total", required=False)
-    checks.add("credits_json", "credits are not a JSON list", pl.col("_credits_bad"))
+    checks.add("credits", "credits are not a list of {name, amount, type} (JSON)", pl.col("_credits_bad"))
     bad_amount = pl.col("_credit_amount_bad").fill_null(False)
-    credits = "credits_json" if "credits_json" in frame.columns else "credits"
-    checks.add(credits, "a credit amount that is not a number", bad_amount)
-    checks.add("labels_json", "labels are not a JSON list of {key, value}", pl.col("_labels_bad"))
-    at_list = checks.decimal("cost_at_list", required=False)
+    checks.add("credits", "a credit amount that is not a number", bad_amount)
+    for name, what in (("labels", "labels"), ("system_labels", "system labels: no machine type")):
+        reason = f"not a list of {{key, value}} (JSON): the {what} dropped"
+        checks.flag(name, "unreadable_json", reason, pl.col(f"_{name}_bad"))
+    for record in _RECORD_CELLS:
+        if f"_{record}_bad" in frame.columns:
+            reason = f"not a {record} record (JSON): its fields are empty"
+            checks.flag(record, "unreadable_json", reason, pl.col(f"_{record}_bad"))
+    at_list = _optional_number(checks, "cost_at_list", "the list cost is the cost")
     parsed = {
         "_cost": cost,
         "_start": start,
@@ -811,7 +1014,7 @@ def _checks(frame: pl.DataFrame, file: str) -> Split:
         "_priced": priced,
         "_credits_sum": pl.coalesce(pl.col("_credit_sum"), total, pl.lit(0).cast(MONEY)),
         "_at_list": at_list,
-        "_cost_type": cost_type,
+        "_cost_type": cost_type.fill_null(""),
     }
     return checks.split(frame, parsed)
 
@@ -861,6 +1064,9 @@ def resource_facts(good: pl.DataFrame) -> pl.DataFrame:
 def _to_lines(good: pl.DataFrame, file: str, facts: pl.DataFrame) -> pl.DataFrame:
     """Good rows → lines; ``facts``: :func:`resource_facts` of every good row of their file."""
     good = good.join(facts, on="resource_global_name", how="left", maintain_order="left")
+    # an empty CSV cell is no value, as a field the JSONL record lacks (or holds as null)
+    text = [c for c, t in good.schema.items() if t == pl.String and not c.startswith("_") and c != "line_key"]
+    good = good.with_columns(pl.when(pl.col(c) != "").then(pl.col(c)).alias(c) for c in text)
     sku, resource, has_resource, is_gpu = _SKU, _RESOURCE, _HAS_RESOURCE, _IS_GPU
 
     def per_resource(fact: str, own: pl.Expr) -> pl.Expr:
@@ -869,7 +1075,11 @@ def _to_lines(good: pl.DataFrame, file: str, facts: pl.DataFrame) -> pl.DataFram
     commitment_sku = _COMMITMENT_SKU
     category = (
         pl.when(pl.col("_cost_type") != "regular")
-        .then(pl.col("_cost_type").replace_strict(_CATEGORY, return_dtype=pl.String))
+        .then(
+            pl.col("_cost_type")
+            .fill_null("")
+            .replace_strict(_CATEGORY, default=ChargeCategory.ADJUSTMENT.value, return_dtype=pl.String)
+        )
         .when(commitment_sku)
         .then(pl.lit(ChargeCategory.PURCHASE.value))
         .otherwise(pl.lit(ChargeCategory.USAGE.value))

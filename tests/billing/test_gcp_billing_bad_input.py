@@ -39,15 +39,11 @@ def test_bad_jsonl_rows_are_refused_by_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "export.jsonl").write_bytes(b"\n".join(rows) + b"\n")
     (batch,) = read(tmp_path)
     refused = {r.line: r for r in batch.refused}
-    assert (batch.read, batch.lines.height, len(batch.refused)) == (12, 5, 7)
-    assert batch.lines["line_no"].to_list() == [1, 7, 8, 9, 10]
+    assert (batch.read, batch.lines.height, len(batch.refused)) == (12, 6, 6)
+    assert batch.lines["line_no"].to_list() == [1, 3, 7, 8, 9, 10]
     file = str(tmp_path / "export.jsonl")
     assert {r.file for r in batch.refused} == {file}
     assert (refused[2].column, refused[2].reason) == ("cost", "not a number: '6,70'")
-    assert (refused[3].column, refused[3].reason) == (
-        "usage_amount",
-        "negative usage on a regular row: '-7236160900300800.0'",
-    )
     assert (refused[4].column, refused[4].reason) == ("currency", "unknown currency code: 'USX'")
     assert (refused[5].column, refused[5].reason) == (None, "bytes that are not UTF-8")
     assert refused[6].column == "usage_start_time" and refused[6].reason.startswith("not a timestamp")
@@ -55,8 +51,22 @@ def test_bad_jsonl_rows_are_refused_by_line_and_column(tmp_path: Path) -> None:
     assert (
         refused[12].reason.startswith("not JSON (truncated?)") and refused[12].raw == LINES[11][:300].decode()
     )
-    # kept: line 1 (H100 GPU), 7 (A3 RAM), 8 (local SSD), 9 (GPU), 10 (A3 core)
-    assert batch.lines["list_cost"].sum() == Decimal("189.592718247")
+    # a refused row keeps its cost where it can be read (the run's refused-cost share)
+    assert (refused[4].cost, refused[2].cost) == (Decimal("0.657534247"), None)
+    # negative usage on a regular row is imported (the money is the bill's) and flagged, naming the
+    # field as the export spells it
+    (finding,) = batch.findings
+    assert (finding.rule, finding.column, finding.count, finding.provider) == (
+        "negative_usage",
+        "usage.amount",
+        1,
+        "gcp",
+    )
+    assert finding.examples == ((3, "-7236160900300800.0"),)  # the value as written
+    line3 = batch.lines.row(1, named=True)
+    assert (line3["usage_quantity"], line3["list_cost"], line3["gpu_hours"]) == (1872, Decimal("5.273424"), 0)
+    # kept: line 1 (H100 GPU), 3 (A3 RAM), 7 (A3 RAM), 8 (local SSD), 9 (GPU), 10 (A3 core)
+    assert batch.lines["list_cost"].sum() == Decimal("189.592718247") + Decimal("5.273424")
 
 
 def test_a_missing_field_refuses_the_file_and_the_next_file_is_still_read(tmp_path: Path) -> None:
@@ -88,21 +98,31 @@ def test_bad_flat_csv_rows(tmp_path: Path) -> None:
     (tmp_path / "flat.csv").write_bytes(b"\n".join(rows) + b"\n")
     (batch,) = read(tmp_path)
     refused = {r.line: (r.column, r.reason) for r in batch.refused}
-    assert (batch.read, batch.lines.height, len(batch.refused)) == (9, 3, 6)
-    assert batch.lines["line_no"].to_list() == [2, 6, 9]
-    assert batch.lines["effective_cost"].sum() == Decimal("66.36") * 2 + Decimal("0.657534247")
+    assert (batch.read, batch.lines.height, len(batch.refused)) == (9, 4, 5)
+    assert batch.lines["line_no"].to_list() == [2, 6, 7, 9]
+    assert batch.lines["effective_cost"].sum() == Decimal("66.36") * 2 + Decimal("0.657534247") + Decimal(
+        "6.70176"
+    )
     assert refused[3] == ("cost", "empty where a number is required: ''")
     assert refused[4] == ("resource_name", "bytes that are not UTF-8")
     assert refused[5] == (
         "credits_json",
         """a credit amount that is not a number: '[{"amount": "x", "type": "PROMOTION"}]\'""",
     )
-    assert refused[7][0] == "labels_json"
-    assert refused[7][1].startswith('labels are not a JSON list of {key, value}: \'{"key":"team"')
-    assert refused[8] == ("credits_json", "credits are not a JSON list: '[{oops'")
+    assert refused[8] == ("credits_json", "credits are not a list of {name, amount, type} (JSON): '[{oops'")
     # the truncated record is refused (billing_io names it "fewer fields" where Polars reports the
     # missing fields as null; Polars 2.1 gives '' and the first empty required field is named)
     assert 10 in refused
+    # labels that are not a list are dropped, the row imported and the finding names the file's column
+    (finding,) = batch.findings
+    assert (finding.rule, finding.column, finding.count) == ("unreadable_json", "labels_json", 1)
+    assert finding.examples[0][0] == 7 and finding.examples[0][1].startswith('{"key":"team"')
+    line7 = batch.lines.filter(batch.lines["line_no"] == 7).row(0, named=True)
+    assert (line7["tags"], line7["instance_type"], line7["effective_cost"]) == (
+        None,
+        "a3-highgpu-8g",
+        Decimal("6.70176"),
+    )
 
 
 def test_flat_csv_without_a_cost_column_is_refused_whole(tmp_path: Path) -> None:
