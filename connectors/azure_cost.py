@@ -135,7 +135,7 @@ import datetime as dt
 import json
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -160,12 +160,12 @@ from connectors.billing_io import (
     Checks,
     Normalized,
     Split,
+    canonical,
     check_explicit,
     export_files,
     file_kind,
     in_window,
     json_text,
-    rename_variants,
     require_columns,
 )
 from connectors.billing_stores import local_file
@@ -186,7 +186,16 @@ from connectors.sdk import (
 
 _D18 = pl.Decimal(38, 18)
 _SUFFIXES = {".csv": "csv"}
-_DATE_FORMATS = ("%m/%d/%Y", "%Y-%m-%d", "%Y-%m-%dT%H:%M:%S%.fZ", "%Y-%m-%dT%H:%M:%S%.f")
+#: Tried first, then every ISO form (``2019-07-29 00:00:00`` of legacy ``UsageDateTime``…):
+#: ``MM/DD/YYYY`` (EA/MCA CSV), with a time as some exports and Excel re-saves write it.
+_DATE_FORMATS = (
+    "%m/%d/%Y",
+    "%m/%d/%Y %H:%M:%S",
+    "%m/%d/%Y %I:%M:%S %p",
+    "%Y-%m-%d",
+    "%Y-%m-%dT%H:%M:%S%.fZ",
+    "%Y-%m-%dT%H:%M:%S%.f",
+)
 VARIANTS: dict[str, list[str]] = {
     "Date": ["UsageDate", "UsageDateTime"],
     "Quantity": ["UsageQuantity", "ConsumedQuantity"],
@@ -224,6 +233,7 @@ _CATEGORY = {
     "refund": ChargeCategory.CREDIT.value,
     "roundingadjustment": ChargeCategory.ADJUSTMENT.value,
     "tax": ChargeCategory.TAX.value,
+    "unknown": ChargeCategory.ADJUSTMENT.value,  # a ChargeType not documented (flagged)
 }
 _PRICING = {
     "ondemand": PricingModel.ON_DEMAND.value,
@@ -233,6 +243,18 @@ _PRICING = {
     "spot": PricingModel.SPOT.value,
 }
 _UNUSED = ("unusedreservation", "unusedsavingsplan")
+#: ``ChargeType`` values as Cost Management spells them (matched ignoring case, spaces, ``-``, ``_``).
+CHARGE_TYPES = (
+    "Usage",
+    "UnusedReservation",
+    "UnusedSavingsPlan",
+    "Purchase",
+    "Refund",
+    "RoundingAdjustment",
+    "Tax",
+)
+#: ``PricingModel`` values as Cost Management spells them.
+PRICING_MODELS = ("OnDemand", "Reservation", "SavingsPlan", "Spot")
 
 
 SOURCE = "azure_cost"
@@ -338,10 +360,15 @@ class AzureCostConnector:
         credential: Any = None,
         container_client: Any = None,
         block_bytes: int = BLOCK_BYTES,
+        gpu_counts: Mapping[str, int] | None = None,
     ) -> None:
         self.config = config
         #: bytes asked of the (decompressed) stream at a time; a chunk is read in such blocks.
         self.block_bytes = block_bytes
+        #: VM size → GPUs (the operator's instance catalog, when the caller passes it): lines of a
+        #: known size carry their GPU count and GPU-hours, so the driver can flag GPU-hours beyond
+        #: the VM's GPUs × hours. Without it both stay null for the ingestor's catalog to fill.
+        self.gpu_counts = gpu_counts
         self._credential, self._client = credential, container_client
         self._owned: list[Any] = []
 
@@ -371,7 +398,7 @@ class AzureCostConnector:
         start: dt.datetime,
         end: dt.datetime,
     ) -> Iterator[BillingBatch | BillingFileError]:
-        dialect = AzureCostDialect(self.config.dataset, datasets, (start, end))
+        dialect = AzureCostDialect(self.config.dataset, datasets, (start, end), self.gpu_counts)
         return read_files(
             files, dialect, start, end, chunk_rows=self.config.chunk_rows, block_bytes=self.block_bytes
         )
@@ -632,25 +659,65 @@ def _checked(
     frame: pl.DataFrame,
     file: str,
     period: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
+    spelled: Mapping[str, str] | None = None,
 ) -> Split:
     """(good rows with parsed columns, rows failing a check, findings); a repeated line is the
-    driver's to refuse."""
-    checks = Checks(file)
+    driver's to refuse. A row is refused only when its cost, currency or date cannot be read (or
+    its dates cannot be the bill's); everything else imports it with a finding. ``spelled``: the
+    file's header for each canonical column (refusals and findings name it)."""
+    cost_text = pl.col("CostInBillingCurrency").str.strip_chars()
+    checks = Checks(
+        file, spelled=spelled, money=cost_text.cast(MONEY, strict=False), provider=pl.lit("azure")
+    )
+    charge_text = pl.col("ChargeType").str.strip_chars()
+    charge = canonical(charge_text, CHARGE_TYPES)
+    quantity = _optional_number(checks, "Quantity")
     parsed = {
         "_cost": checks.decimal("CostInBillingCurrency"),
-        "_quantity": checks.decimal("Quantity"),
-        "_payg": checks.decimal("PayGPrice", required=False),
+        "_quantity": quantity,
+        "_payg": _optional_number(checks, "PayGPrice"),
         "_date": checks.timestamp("Date", *_DATE_FORMATS),
         "_period_start": checks.timestamp("BillingPeriodStartDate", *_DATE_FORMATS, required=False),
         "_period_end": checks.timestamp("BillingPeriodEndDate", *_DATE_FORMATS, required=False),
         "_currency": checks.currency("BillingCurrencyCode", BILLING_CURRENCIES),
-        "_charge": _key("ChargeType").fill_null("usage"),
+        # no ChargeType (pay-as-you-go exports have none): usage; one AWS never documented: an
+        # adjustment (its money is the bill's; what it is for is not known)
+        "_charge": pl.when(charge_text.is_null() | (charge_text == ""))
+        .then(pl.lit("usage"))
+        .otherwise(charge.str.to_lowercase().fill_null("unknown")),
     }
-    charge = _key("ChargeType").fill_null("usage")
-    checks.add("ChargeType", "unknown ChargeType", ~charge.is_in(list(_CATEGORY)))
-    quantity = pl.col("Quantity").str.strip_chars().cast(MONEY, strict=False)
-    negative_ok = charge.is_in(["refund", "roundingadjustment"])
-    checks.add("Quantity", "negative where none is allowed", (quantity < 0) & ~negative_ok)
+    checks.flag(
+        "ChargeType",
+        "unknown_value",
+        "unknown ChargeType: booked as an adjustment at its cost",
+        (charge_text != "") & charge.is_null(),
+    )
+    model_text = pl.col("PricingModel").str.strip_chars()
+    checks.flag(
+        "PricingModel",
+        "unknown_value",
+        "unknown PricingModel: booked as pricing model other",
+        (model_text != "") & canonical(model_text, PRICING_MODELS).is_null(),
+    )
+    usage = parsed["_charge"] == "usage"
+    checks.flag(
+        "Quantity", "missing_value", "empty Quantity on a usage row", usage & _empty(pl.col("Quantity"))
+    )
+    # refunds and rounding adjustments give back usage: a negative quantity is theirs to have
+    negative_ok = parsed["_charge"].is_in(["refund", "roundingadjustment"])
+    checks.flag(
+        "Quantity",
+        "negative_usage",
+        "negative Quantity on a row that is no refund",
+        (quantity < 0) & ~negative_ok,
+    )
+    tags = pl.col("Tags").str.strip_chars()
+    checks.flag(
+        "Tags",
+        "invalid_tags",
+        "not a JSON object of tags: kept whole as azure:unparsed_tags",
+        ~_empty(tags) & ~_tags_object(tags),
+    )
     # A row covers its UTC day; the billing period's end date is inclusive.
     day, day_end = parsed["_date"], parsed["_date"].dt.truncate("1d") + pl.duration(days=1)
     checks.dates("Date", day, "Date", day_end)
@@ -665,6 +732,28 @@ def _checked(
     return checks.split(frame, parsed)
 
 
+def _empty(text: pl.Expr) -> pl.Expr:
+    return (text.str.strip_chars() == "").fill_null(True)
+
+
+def _optional_number(checks: Checks, column: str) -> pl.Expr:
+    """``column`` (no money of the row) as Decimal; empty or ``NaN`` = null; text that is no number
+    imports the row with a null and the finding ``not_a_number``."""
+    text = pl.col(column).str.strip_chars()
+    text = pl.when(text.is_in(["NaN", "nan", "NAN"])).then(pl.lit("")).otherwise(text)
+    value = checks.value(text.cast(MONEY, strict=False))
+    checks.flag(column, "not_a_number", "not a number: read as no value", ~_empty(text) & value.is_null())
+    return value
+
+
+def _tags_object(tags: pl.Expr) -> pl.Expr:
+    """EA/MCA write tags as a JSON object without its braces: an object once wrapped."""
+    wrapped = (
+        pl.when(tags.str.starts_with("{")).then(tags).otherwise(pl.concat_str(pl.lit("{"), tags, pl.lit("}")))
+    )
+    return wrapped.str.json_path_match("$").str.starts_with("{").fill_null(False)
+
+
 def _period(good: pl.DataFrame) -> tuple[dt.datetime | None, dt.datetime | None]:
     """The billing period the rows name (end date inclusive → exclusive), when they name exactly
     one and every row names it; else none."""
@@ -676,7 +765,10 @@ def _period(good: pl.DataFrame) -> tuple[dt.datetime | None, dt.datetime | None]
 
 
 def _same_period(
-    good: pl.DataFrame, file: str, period: tuple[dt.datetime | None, dt.datetime | None]
+    good: pl.DataFrame,
+    file: str,
+    period: tuple[dt.datetime | None, dt.datetime | None],
+    spelled: Mapping[str, str],
 ) -> None:
     """A later chunk naming another billing period than the first one: the file breaks the one
     period per export file the batches were labelled by, so it fails (the importer rolls the
@@ -692,7 +784,7 @@ def _same_period(
             f"a second billing period ({row['BillingPeriodStartDate']}..{row['BillingPeriodEndDate']}) after "
             f"{period[0]:%Y-%m-%d}..{period[1] - dt.timedelta(days=1):%Y-%m-%d}: an export file holds one",
             line=row[LINE],
-            column="BillingPeriodStartDate",
+            column=spelled.get("BillingPeriodStartDate", "BillingPeriodStartDate"),
         )
 
 
@@ -706,10 +798,40 @@ def _local(path: Path, explicit: bool) -> ExportFile | BillingFileError:
     return local_file(path)
 
 
+#: A localized header carries the English column name in parentheses: ``Datum (Date)``,
+#: ``PreTaxCost (PreTaxCost)``, ``Ubicación de los recursos (SubscriptionGuid)``.
+_LOCALIZED = re.compile(r"^.*\(\s*([A-Za-z][A-Za-z0-9]*)\s*\)\s*$")
+
+
+def header_map(columns: list[str]) -> dict[str, str]:
+    """The file's columns → the names this module reads them by (only those renamed): a localized
+    header by the English name inside its parentheses, then a variant (:data:`VARIANTS`: EA, MCA
+    camelCase, pay-as-you-go) by its canonical name, matched case-insensitively, the first present
+    winning. A name another column already has is not taken twice."""
+    english = {c: (m[1] if (m := _LOCALIZED.match(c)) else c) for c in columns if c not in (LINE, "line_key")}
+    by_lower: dict[str, str] = {}
+    for column, name in english.items():
+        by_lower.setdefault(name.lower(), column)
+    renamed: dict[str, str] = {}
+    for canonical_name, options in VARIANTS.items():
+        for option in (canonical_name, *options):
+            found = by_lower.get(option.lower())
+            if found is not None and found not in renamed:
+                renamed[found] = canonical_name
+                break
+    targets = set(renamed.values())
+    for column, name in english.items():  # other localized columns: their English name
+        if column not in renamed and name != column and name not in targets and name not in english:
+            renamed[column] = name
+            targets.add(name)
+    return {c: n for c, n in renamed.items() if c != n}
+
+
 class AzureCostDialect(Dialect):
-    """The Azure cost-details layout for the billing driver: header variants and required columns,
-    the billing period (the folder's, else the first chunk's), the dataset (config, manifest, file
-    name, else the first chunk holding a commitment row) and the mapping of a chunk."""
+    """The Azure cost-details layout for the billing driver: header variants (localized ones by
+    the English name they carry) and required columns, the billing period (the folder's, else the
+    first chunk's), the dataset (config, manifest, file name, else the first chunk holding a
+    commitment row) and the mapping of a chunk."""
 
     raw_keys = True  # no line id: the key is the line as written
 
@@ -718,8 +840,10 @@ class AzureCostDialect(Dialect):
         dataset: Literal["amortized", "actual"] | None,
         datasets: dict[str, Literal["amortized", "actual"]],
         window: tuple[dt.datetime, dt.datetime],
+        gpu_counts: Mapping[str, int] | None = None,
     ) -> None:
         self.dataset, self.datasets, self.window = dataset, datasets, window
+        self.gpu_counts = {k.strip().lower(): v for k, v in (gpu_counts or {}).items()}
 
     def parquet_text(self, frame: pl.DataFrame) -> pl.DataFrame:
         return frame.with_columns(pl.exclude(LINE).cast(pl.String))
@@ -730,12 +854,13 @@ class AzureCostDialect(Dialect):
             raise BillingFileError(
                 file, "not a CSV export file (azure_cost reads CSV or gzip CSV exports, not Parquet)"
             )
-        first = rename_variants(first, VARIANTS)
-        require_columns(first, file, REQUIRED)
-        reader = _AzureFile(file, self.dataset or self.datasets.get(file) or _dataset_of_name(file), period)
+        renamed = header_map(first.columns)
+        require_columns(first.rename(renamed), file, REQUIRED)
+        dataset = self.dataset or self.datasets.get(file) or _dataset_of_name(file)
+        reader = _AzureFile(file, dataset, period, renamed, self.gpu_counts)
         if period is None:
             # the first chunk names the file's period; without one, a line of it must be in the window
-            good = _checked(reader.prepared(first), file).rows
+            good = _checked(reader.prepared(first), file, spelled=reader.spelled).rows
             lo, hi = _period(good)
             reader.period = None if lo is None or hi is None else (lo, hi)
             if reader.period is None:
@@ -747,13 +872,23 @@ class AzureCostDialect(Dialect):
 
 class _AzureFile:
     def __init__(
-        self, file: str, dataset: Literal["amortized", "actual"] | None, period: Period | None
+        self,
+        file: str,
+        dataset: Literal["amortized", "actual"] | None,
+        period: Period | None,
+        renamed: dict[str, str],
+        gpu_counts: Mapping[str, int],
     ) -> None:
         self.file, self.dataset, self.period = file, dataset, period
+        self.renamed, self.gpu_counts = renamed, gpu_counts
+        #: canonical column → the file's header (refusals and findings name the file's)
+        self.spelled = {name: column for column, name in renamed.items()}
+        #: the quantity as the file spells it: the driver names it in GPU-hour findings
+        self.quantity_column = self.spelled.get("Quantity", "Quantity")
         self._from_content, self._first = period is None, True
 
     def prepared(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = rename_variants(frame, VARIANTS)
+        frame = frame.rename(self.renamed)
         return frame.with_columns(
             pl.lit(None, pl.String).alias(c) for c in VARIANTS if c not in frame.columns
         )
@@ -764,11 +899,13 @@ class _AzureFile:
             self.dataset = _dataset_of_rows(frame)  # the first chunk holding a commitment row decides
         # usage dates are held to the file's period once known (folder, else the first chunk's)
         held = (None, None) if self.period is None or (self._from_content and self._first) else self.period
-        good, bad, findings = _checked(frame, self.file, held)
+        good, bad, findings = _checked(frame, self.file, held, self.spelled)
         if self._from_content and not self._first and self.period is not None:
-            _same_period(good, self.file, self.period)
+            _same_period(good, self.file, self.period, self.spelled)
         self._first = False
-        return _to_lines(good, self.file, self.dataset or "actual"), bad, findings  # no commitment row yet: both agree
+        # no commitment row yet: both datasets price the rows alike
+        lines = _to_lines(good, self.file, self.dataset or "actual", self.gpu_counts)
+        return Split(lines, bad, findings)
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         return RefusedRow(self.file, line, None, f"duplicated line: the same as line {first}", key)
@@ -784,10 +921,17 @@ def _vm_size_from_meter() -> pl.Expr:
     return pl.lit("Standard_") + name.str.replace(r"(\d)(v\d+)$", "${1}_${2}")
 
 
-def _to_lines(good: pl.DataFrame, file: str, dataset: str) -> pl.DataFrame:
+def _to_lines(
+    good: pl.DataFrame, file: str, dataset: str, gpu_counts: Mapping[str, int] | None = None
+) -> pl.DataFrame:
     charge = pl.col("_charge")
     category = charge.replace_strict(_CATEGORY, return_dtype=pl.String)
-    model = _key("PricingModel").fill_null("")
+    model_text = pl.col("PricingModel").str.strip_chars().fill_null("")
+    model = (
+        pl.when(model_text == "")
+        .then(pl.lit(""))
+        .otherwise(canonical(model_text, PRICING_MODELS).str.to_lowercase().fill_null("other"))
+    )
     committed = model.is_in(["reservation", "savingsplan"]) | charge.is_in(_UNUSED)
     pricing = (
         pl.when(category != ChargeCategory.USAGE.value)
@@ -837,7 +981,12 @@ def _to_lines(good: pl.DataFrame, file: str, dataset: str) -> pl.DataFrame:
         pl.col("_date").dt.truncate("1d").alias("charge_start"),
         (pl.col("_date").dt.truncate("1d") + pl.duration(days=1)).alias("charge_end"),
         category.alias("charge_category"),
-        pl.col("ChargeType").str.strip_chars().fill_null("Usage").alias("charge_type"),
+        pl.when(_empty(pl.col("ChargeType")))
+        .then(pl.lit("Usage"))
+        .otherwise(
+            pl.coalesce(canonical(pl.col("ChargeType"), CHARGE_TYPES), pl.col("ChargeType").str.strip_chars())
+        )
+        .alias("charge_type"),
         pricing.alias("pricing_model"),
         pl.when(commitment != "").then(commitment).alias("commitment_id"),
         pl.when(has_resource).then(resource).alias("resource_id"),
@@ -858,4 +1007,36 @@ def _to_lines(good: pl.DataFrame, file: str, dataset: str) -> pl.DataFrame:
         pl.col("_currency").alias("currency"),
         tag_text.alias("tags"),
     )
-    return conform(lines)
+    return conform(_with_gpus(lines, gpu_counts or {}))
+
+
+def _with_gpus(lines: pl.DataFrame, gpu_counts: Mapping[str, int]) -> pl.DataFrame:
+    """``gpu_count`` of a VM size ``gpu_counts`` knows (lower-cased), and ``gpu_hours`` as the
+    catalog computes them (``service.billing.catalog.fill_gpus``): usage rows in hours bill
+    quantity × GPUs, except unused commitments and a negative quantity (flagged: no GPU-hours);
+    other rows of the VM 0; a usage row without a readable quantity null."""
+    if not gpu_counts or lines.is_empty():
+        return lines
+    count = (
+        pl.col("instance_type")
+        .str.strip_chars()
+        .str.to_lowercase()
+        .replace_strict(dict(gpu_counts), default=None, return_dtype=pl.Int32)
+    )
+    hours = (
+        pl.col("usage_unit").str.strip_chars().str.to_lowercase().is_in(["hour", "hours", "hrs", "hr", "h"])
+    )
+    charge = pl.col("charge_type").str.to_lowercase()
+    instance_time = (
+        (pl.col("charge_category") == ChargeCategory.USAGE.value) & hours & ~charge.is_in(_UNUSED)
+    ).fill_null(False)
+    quantity = pl.col("usage_quantity")
+    gpu_hours = (
+        pl.when(count.is_null() | (instance_time & quantity.is_null()))
+        .then(pl.lit(None, dtype=MONEY))
+        .when(instance_time & (quantity >= 0))
+        .then(quantity * count)
+        .otherwise(pl.lit(0))
+        .cast(MONEY)
+    )
+    return lines.with_columns(count.alias("gpu_count"), gpu_hours.alias("gpu_hours"))

@@ -25,7 +25,7 @@ def read(tmp_path: Path) -> list:
     )
 
 
-def test_bad_rows_are_refused_by_line_and_column(tmp_path: Path) -> None:
+def test_rows_are_refused_only_when_money_cannot_be_read(tmp_path: Path) -> None:
     rows = list(ROWS[:12])
     rows[1] = rows[1].replace(
         b",1493.76,", b",1.493,76,", 1
@@ -43,18 +43,38 @@ def test_bad_rows_are_refused_by_line_and_column(tmp_path: Path) -> None:
     refused = {r.line: (r.column, r.reason) for r in batch.refused}
     assert {r.file for r in batch.refused} == {str(tmp_path / "cost.csv")}
     assert batch.read == 13 and batch.read == batch.lines.height + len(batch.refused)
-    assert batch.lines["line_no"].to_list() == [8, 9, 10, 11, 12]
+    # refused: money, currency, the raw record (bytes, shape) or a true duplicate — nothing else
+    assert batch.lines["line_no"].to_list() == [4, 7, 8, 9, 10, 11, 12]
     assert refused[3] == ("CostInBillingCurrency", "not a number: 'n/a'")
-    assert refused[4] == ("Quantity", "negative where none is allowed: '-0.0333333333'")
     assert refused[5] == ("BillingCurrencyCode", "unknown currency code: 'US$'")
     assert refused[6] == ("Tags", "bytes that are not UTF-8")
-    assert refused[7] == ("ChargeType", "unknown ChargeType: 'Bonus'")
     assert refused[13] == (None, "duplicated line: the same as line 10")
-    assert 2 in refused and 14 in refused  # a shifted and a truncated record
+    assert sorted(refused) == [2, 3, 5, 6, 13, 14]  # and a shifted and a truncated record
+    # imported with a finding: a negative quantity on a usage row, an unknown ChargeType, tags
+    # that are no JSON object (kept whole)
+    found = {f.rule: (f.column, f.count, f.examples, f.provider) for f in batch.findings}
+    assert found == {
+        "negative_usage": ("Quantity", 1, ((4, "-0.0333333333"),), "azure"),
+        "unknown_value": ("ChargeType", 1, ((7, "Bonus"),), "azure"),
+        "invalid_tags": (
+            "Tags",
+            1,
+            ((8, 'team=llm,"project": "pretrain-70b","cost-center": "cc-1042"'),),
+            "azure",
+        ),
+    }
+    bonus = batch.lines.filter(batch.lines["line_no"] == 7).row(0, named=True)
+    assert (bonus["charge_type"], bonus["charge_category"], bonus["pricing_model"]) == (
+        "Bonus",
+        "Adjustment",
+        None,
+    )
     tags = batch.lines.filter(batch.lines["line_no"] == 8)["tags"][0]
     assert tags.startswith('{"azure:unparsed_tags":"team=llm,')
-    assert batch.lines["effective_cost"].sum() == (Decimal("1493.76") + Decimal("2359.68")) * 2 + Decimal(
-        "4.096"
+    assert (
+        batch.lines["effective_cost"].sum()
+        == (Decimal("1493.76") + Decimal("2359.68")) * 2
+        + Decimal("4.096") * 3  # 8, 11 (A1), 9, 12 (A2), 4, 7, 10
     )
 
 
