@@ -202,7 +202,7 @@ VARIANTS: dict[str, list[str]] = {
     "CostInBillingCurrency": ["PreTaxCost", "Cost"],
     "BillingCurrencyCode": ["BillingCurrency", "Currency"],
     "SubscriptionId": ["SubscriptionGuid"],
-    "ResourceId": ["InstanceId"],
+    "ResourceId": ["InstanceId", "InstanceName"],  # MCA's older usage details: instanceName
     "ResourceLocation": ["Location"],
     "ReservationId": ["benefitId"],
     "ReservationName": ["benefitName"],
