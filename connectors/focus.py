@@ -11,23 +11,33 @@ Mapping decisions (FORMATS.md §5.4; the why of each):
 
 * **Version** is told by the columns present — 1.1 added CapacityReservationId … SkuPriceDetails,
   1.2 added BillingAccountType … PricingCurrency*; any one of a version's added columns makes the
-  file that version. The *Mandatory* columns of that version (the spec's feature level; most
-  others are Conditional, present only when the provider supports the feature) are required: a
-  missing one refuses the whole file, naming it. The detected version is logged per file.
+  file that version, logged per file. Only the columns no line can be booked without
+  (:data:`REQUIRED`: the money, the currency, the charge and billing periods) refuse the whole
+  file when missing, naming it; another missing *Mandatory* column is logged, and counted as
+  finding ``missing_column`` on every row where the mapping reads it (:data:`READ_MANDATORY`).
 * **Money**: ``BilledCost`` → ``billed_cost`` (the invoice basis), ``EffectiveCost`` →
   ``effective_cost`` (amortized, what allocation sums), ``ListCost`` → ``list_cost``, each parsed
   from the text to ``Decimal(38, 9)`` exactly. Both billed and effective are kept per line and
   never added: commitment-covered usage has ``BilledCost = 0`` and an effective cost, purchases
   have ``EffectiveCost = 0`` and a billed cost, so Σ effective and Σ billed are each right alone.
 * **Provider**: ``ProviderName`` "AWS"/"Amazon Web Services" → ``aws``, "Google Cloud" → ``gcp``,
-  "Microsoft" → ``azure``; any other provider keeps its name lower-cased (FOCUS is not only the
-  three clouds).
+  "Microsoft" → ``azure``, "Oracle"/"Oracle Cloud Infrastructure" → ``oracle``; any other provider
+  keeps its name as a key (lower-cased, ``-`` between words: FOCUS is not only the three clouds).
+  An empty ``ProviderName`` is taken from ``PublisherName``, else ``InvoiceIssuerName``, else
+  ``unknown`` (finding ``missing_value``).
 * **Resource**: ``ResourceId`` as the metrics connectors' ``DeviceInfo.instance_id`` spells it, so
   billing joins telemetry: AWS ``i-…`` as given; GCP the numeric instance id when the id ends in
   ``/instances/<id>`` (else as given); Azure lower-cased (ARM ids are case-insensitive and exports
   vary the case). Rows of an *unused* commitment (``CommitmentDiscountStatus = Unused``) have no
   resource by the spec; one that names one is not charged to it (idle capacity is not the
   instance's cost).
+* **Enums** (ChargeCategory, ChargeClass, ChargeFrequency, PricingCategory, CommitmentDiscount
+  Status/Category, CapacityReservationStatus) are matched by ``billing_io.canonical``: case, spaces,
+  ``-`` and ``_`` ignored (the FinOps sample's ``Usage-based`` is ``Usage-Based``, silently), plus
+  :data:`PRICING_ALIASES` (On-Demand → Standard…). Another value is imported and counted as
+  finding ``unknown_value``; an empty or unknown ``ChargeCategory`` books the row as
+  :data:`UNKNOWN_CATEGORY` (Adjustment: its money counts, it bills no usage) with the file's text
+  as ``charge_type``.
 * **Pricing**: ``PricingCategory`` Standard → on_demand, Dynamic → spot, Committed → commitment,
   Other → other, on Usage rows (the contract leaves non-usage lines without a pricing model).
 * **charge_type** (the source's own type): ``ChargeCategory`` (plus ``/Correction`` when
@@ -46,6 +56,14 @@ Mapping decisions (FORMATS.md §5.4; the why of each):
   ``ConsumedQuantity × gpu_count``; other rows of a GPU resource (purchases, credits, unused
   commitments, a GCP machine's core/RAM/SSD rows) → 0; left null when no count is known yet.
   ``ConsumedQuantity`` is null by the spec unless the row is Usage and not an unused commitment.
+* **GPUs of other providers** (Oracle, Alibaba, IBM…, whose instance types the catalog may not
+  know): a ``ConsumedUnit`` in GPU-hours (``GPU Hours``, any provider) makes the row a GPU SKU row;
+  an OCI GPU shape named in the descriptions, ids or ``x_`` columns (``BM.GPU.H100.8``) is its
+  ``instance_type`` (the catalog, or the shape's last number, gives its GPUs); a count the text
+  states (``8x H100``, ``8 GPUs``) or ``SkuPriceDetails`` gives (``GpuCount`` in any spelling) is
+  its ``gpu_count``; else a ``ChargeDescription``/``SkuMeter``/``ResourceType``/``SkuId``/``x_``
+  text naming a GPU (``Compute - GPU - H100``) makes it a GPU SKU row. The three clouds' texts are
+  not searched: their instance types are priced by the catalog.
 * **line_key**: FOCUS has no line id. The key is the SHA-1 of the record's fields (every column,
   by name, trimmed; *not* the line number), so the same record in a re-exported file keeps its
   key and a record repeated in a file is refused as a duplicate, naming both lines (in another
@@ -85,12 +103,19 @@ CSV made of the fixture's records with unique ``x_Operation``): 18 s and 0.49 GB
 20,000 records a chunk, 21 s and 0.24 GB at 5,000; gzip'ed (21 MB): 18 s and 0.48 GB at 20,000;
 the unstreamed reader (the whole file at once): 18 s and 4.2 GB.
 
-Bad input: a truncated gzip/Parquet file, a missing mandatory column or a header that is not
-UTF-8 refuses the whole file (:class:`~connectors.billing.BillingFileError`, yielded in place of
-its batch so the other files go on); a record with non-UTF-8 bytes or fewer fields than the
-header, a value that is not a number/timestamp/allowed value, a negative ``ConsumedQuantity`` on
-a Usage row that is not a correction, an unknown currency or a duplicated record is refused by
-file, line and column. The good rows land; ``read == accepted + refused``.
+Bad input: a truncated gzip/Parquet file, a missing :data:`REQUIRED` column or a header that is
+not UTF-8 refuses the whole file (:class:`~connectors.billing.BillingFileError`, yielded in place
+of its batch so the other files go on). A row is refused, by file, line and column, only when it
+cannot be booked: non-UTF-8 bytes or fields missing, ``BilledCost``/``EffectiveCost`` not a
+number or empty, an unknown currency, a charge period that cannot be read (or ends before it
+starts, or lies outside 2000..2100), a billing period that cannot be one or does not hold the
+charge (the ingestor replaces a billing period's lines by file), or a duplicated record (FOCUS has
+no line id). Everything else is imported and counted as a finding (``Checks.flag``):
+``unknown_value`` (an enum value), ``missing_value`` (ProviderName, ChargeCategory),
+``negative_usage`` (a negative ``ConsumedQuantity`` on a Usage row that is not a correction),
+``unreadable_value`` (``ListCost``/``ConsumedQuantity`` not a number: kept empty),
+``missing_column`` (a Mandatory column the mapping reads; ``ResourceId`` on AWS/GCP/Azure rows);
+the driver adds ``gpu_hours_over_capacity``. ``read == accepted + refused``.
 """
 
 from __future__ import annotations
@@ -412,7 +437,7 @@ class _FocusFile:
             if c not in frame.columns
         )
         lines, refused, findings = _normalize(frame, self.file, self.gpu_resources, self.facts)
-        return lines.with_columns(pl.lit(self.file).alias("source_file")), refused, findings
+        return Normalized(lines.with_columns(pl.lit(self.file).alias("source_file")), refused, findings)
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         del key  # the record's hash, which says nothing to a reader
@@ -609,7 +634,7 @@ def _normalize(frame: pl.DataFrame, file: str, gpu_resources: list[str], facts: 
     checks.period("BillingPeriodStart", *billing)
     checks.within("ChargePeriodStart", charge[0], "ChargePeriodEnd", charge[1], billing, "its billing period")
     good, refused, findings = checks.split(frame, parsed)
-    return _map(good, gpu_resources, facts), refused, findings
+    return Normalized(_map(good, gpu_resources, facts), refused, findings)
 
 
 #: ISO 8601 as FOCUS writes it (``2025-09-01T00:00:00Z``), with fractions or an offset, and the
