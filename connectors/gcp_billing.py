@@ -90,6 +90,7 @@ from connectors.billing_driver import (
     OpenedFile,
     Period,
     SkipFile,
+    capacity_findings,
     read_file,
     read_files,
 )
@@ -125,6 +126,7 @@ from connectors.sdk import (
     RefusedRow,
     RetriableError,
     conform,
+    merge_findings,
 )
 
 _D18 = pl.Decimal(38, 18)  # products and quotients are taken at 18 decimals, then rounded to 9
@@ -434,6 +436,9 @@ class GcpBillingConnector:
         nested = pl.DataFrame(records, schema=_BQ_FRAME)
         frame = _from_nested(nested, file).join(keys, on=LINE, how="left")
         lines, refused, findings = normalize(frame, file)
+        # what the driver adds to a file's batch: GPU-hours beyond the resource's GPUs × hours
+        page = _GcpFile(file, "jsonl", pl.DataFrame(), _quantity_column(_NESTED_SPELLED))
+        findings = merge_findings([*findings, *capacity_findings(lines, file, page)])
         return BillingBatch(
             lines=lines,
             source_file=file,
