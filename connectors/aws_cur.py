@@ -67,7 +67,10 @@ The Savings Plan trap: a covered row's unblended is the on-demand price, cancell
 adding covered effective cost *and* the recurring fee double-counts. Here covered rows carry the
 accrual, the fee only the unused part, the negation 0 — Σ effective = Σ billed for a No Upfront
 plan. ``list_cost`` = ``pricing_public_on_demand_cost`` (null on a usage line without one; 0 on
-other lines without one). Any other line item type is refused (never priced silently).
+other lines without one). Line item types are matched ignoring case, spaces, ``-`` and ``_``. Any
+other type is imported as an ``Adjustment`` at its unblended cost (billed = effective, no pricing
+model, no GPU-hours) and flagged ``unknown_value``: its money is on the invoice, so dropping it would
+leave the ledger short of the bill, and what it is for is not known, so it prices nothing.
 
 ``instance_type``: ``product_instance_type``, else the ``product`` map's ``instance_type``, else the
 usage type (``BoxUsage:p5.48xlarge``, ``USE2-BoxUsage:…``, ``SpotUsage:…``, ``DedicatedUsage:…``:
@@ -82,19 +85,28 @@ file is refused. ``resource_id`` = ``line_item_resource_id``; ``region`` =
 ``billing_account`` = ``bill_payer_account_id``; ``tags`` = the tag map as canonical JSON (keys
 sorted, empty values dropped).
 
-**Bad input** (``connectors.billing_io``: one way of reporting for every parser): a missing
-column (``line_item_resource_id``/``lineItem/ResourceId`` included: a CUR without resource ids
-would import as cost of nothing), an unreadable or truncated gzip/Parquet file, a non-UTF-8
-header, a ZIP without one CSV, a file given as ``path`` whose name is no report file, a folder
-naming no billing period → the file is refused (:class:`BillingFileError`, yielded in place of
-its batch so the other files go on); a record cut short or too long, an unbalanced quote (that
-record alone: RFC 4180, see ``connectors.csv_records``), non-UTF-8 bytes, a non-numeric amount, a
-negative usage amount on a usage line, an empty Savings Plan/RI effective cost where one is
-needed, an unknown currency or line item type, a usage end before its start, a usage date outside
-2000..2100 or more than a day outside the billing period (the folder's, else the row's
-``bill_billing_period_*``), a billing period that is no timestamp or no month, a tag map that is
-not JSON, a repeated line key → that row is refused, naming file, line and column; the good rows
-go on.
+**Bad input** (``connectors.billing_io``: one way of reporting for every parser; docs/billing.md,
+"Refuse or flag"). The file is refused (:class:`BillingFileError`, yielded in place of its batch
+so the other files go on) for a missing column (``line_item_resource_id``/``lineItem/ResourceId``
+included: a CUR without resource ids would import as cost of nothing), an unreadable or truncated
+gzip/Parquet file, a non-UTF-8 header, a ZIP without one CSV, a file given as ``path`` whose name is
+no report file, a folder naming no billing period. A row is **refused** only when it cannot be
+booked, naming file, line and column as the file spells it (and carrying its unblended cost where
+that is readable): an unreadable record (cut short by more than its trailing empty field, too long,
+an unbalanced quote, non-UTF-8 bytes), an unblended cost that is no number or empty, an unknown
+currency, a Savings Plan/RI effective cost that is empty or no number on the line it prices, a usage
+start or end that is no timestamp, an end before its start, a usage date outside 2000..2100 or more
+than a day outside the billing period (the folder's, else the row's ``bill_billing_period_*``), a
+billing period that is no timestamp or no month, a repeated line key. Every other flaw **imports**
+the row and counts a finding (rule, column, first lines and values): ``unknown_value`` (line item
+type), ``negative_usage`` (a negative usage amount on a usage line: money kept, no GPU-hours),
+``missing_value`` (no line item id: keyed ``sha1:`` of the record's fields; no usage amount on a
+usage line: quantity and GPU-hours null), ``not_a_number`` (a usage amount, a public on-demand cost
+or a commitment column that is not the row's money: read as null), ``invalid_tags`` (a tag map that
+is no JSON object: tags dropped); the driver adds ``gpu_hours_over_capacity`` on the file's usage
+amount column. Timestamps: ``2025-09-01T00:00:00Z`` and every other ISO form writers of CUR files
+use (``2022-07-01 00:00:00.000``, ``2025-09-01 00:00:00+00:00``, no zone = UTC), for usage and
+billing period alike.
 
 **Memory.** Columnar (Polars expressions; Python steps per file, chunk, refused row or *distinct*
 tag/product map, never per row). A file is streamed, never held whole, by the billing driver

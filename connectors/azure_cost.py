@@ -12,8 +12,26 @@ Header variants (FORMATS.md §5.3), matched case-insensitively so MCA camelCase
 ``CostInBillingCurrency``, pay-as-you-go ``PreTaxCost``/``Cost``; ``Date`` / ``UsageDate`` /
 ``UsageDateTime``; ``Quantity`` / ``UsageQuantity``; ``BillingCurrencyCode`` / ``BillingCurrency``
 / ``Currency``; ``ResourceId`` / ``InstanceId``; ``SubscriptionId`` / ``SubscriptionGuid``;
-``ReservationId`` / ``benefitId``. A UTF-8 byte-order mark is dropped. Dates are ``MM/DD/YYYY``
-(EA/MCA CSV), ``YYYY-MM-DD`` or ISO 8601; a row covers its whole UTC day.
+``ReservationId`` / ``benefitId``; MCA's older ``instanceName`` is the resource id. A localized
+header (``Datum (Date)``, ``PreTaxCost (PreTaxCost)``, ``Ubicación de los recursos
+(SubscriptionGuid)``) is read by the English name in its parentheses (:func:`header_map`);
+refusals and findings name every column as the file spells it (``UsageDateTime``, ``Kosten (Cost)``,
+never the internal ``Date``). A UTF-8 byte-order mark is dropped. Dates are ``MM/DD/YYYY`` (EA/MCA
+CSV; with a time, also ``9/21/2023 12:00:00 AM`` as spreadsheets re-save them), ``YYYY-MM-DD`` or
+any ISO 8601 form (legacy ``UsageDateTime`` ``2019-07-29 00:00:00``); a row covers its whole UTC
+day.
+
+Refuse or flag (docs/billing.md): a row is **refused** only when it cannot be booked — its cost
+(``CostInBillingCurrency``/``PreTaxCost``/``Cost``) empty or no number, its currency no ISO 4217
+code, its date no timestamp or outside 2000..2100 or more than a day outside its billing period,
+a billing period that cannot be one, an unreadable record, a repeated line. Everything else is
+imported with a finding: ``unknown_value`` (a ``ChargeType`` not documented: booked as an
+``Adjustment`` at its cost, no pricing model; an unknown ``PricingModel``: pricing ``other``),
+``negative_usage`` (a negative ``Quantity`` on a row that is no refund or rounding adjustment),
+``missing_value`` (no ``Quantity`` on a usage row), ``not_a_number`` (``Quantity``, ``PayGPrice``:
+read as null), ``invalid_tags`` (tags that are no JSON object even wrapped in braces: kept whole as
+``{"azure:unparsed_tags": …}``); the driver adds ``gpu_hours_over_capacity`` on the file's
+quantity column when a line carries its GPU count.
 
 Mapping decisions:
 
@@ -36,7 +54,10 @@ Mapping decisions:
   between exports); ``instance_type`` = ``AdditionalInfo.ServiceType`` of ``Virtual Machines``
   meters (the VM size), else derived from the meter name (``ND96isrH100v5`` →
   ``Standard_ND96isr_H100_v5``; an unused reservation names no VM). ``gpu_count``/``gpu_hours``
-  are left to the bundled catalog (:func:`service.billing.catalog.fill_gpus`).
+  are left to the ingestor's catalog (:func:`service.billing.catalog.fill_gpus`), unless the
+  connector is given ``gpu_counts`` (VM size → GPUs, the operator's catalog): then a known size's
+  lines carry the count and GPU-hours (usage rows in hours: quantity × GPUs; unused commitments and
+  negative quantities 0), computed as the catalog would, so the driver's capacity check sees them.
 * ``Tags``: JSON without the outer braces in EA/MCA exports: wrapped in ``{}``; text that is no
   JSON object even then is kept as ``{"azure:unparsed_tags": "<text>"}``.
 * ``line_key``: the export has no line id: ``sha1:`` + SHA-1 of the raw line (see
