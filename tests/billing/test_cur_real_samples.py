@@ -1,4 +1,5 @@
-"""``aws_cur`` on public CUR files (project-koku's test data, Apache-2.0: tests/fixtures/public/aws):
+"""``aws_cur`` on public CUR files (project-koku's test data, Apache-2.0, and a file in the shape
+koku-nise writes, with GPU instances: tests/fixtures/public/aws):
 every row is read, none refused (their money is readable), and each usage account's billed and
 effective totals equal an independent sum of the file (``csv`` + ``Decimal``, not the connector)."""
 
@@ -16,7 +17,9 @@ import pytest
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.billing import BillingBatch
 
-SAMPLES = Path(__file__).parents[1] / "fixtures" / "public" / "aws" / "koku"
+PUBLIC = Path(__file__).parents[1] / "fixtures" / "public" / "aws"
+SAMPLES = PUBLIC / "koku"
+NISE = PUBLIC / "nise_style" / "nise_gpu_2025-09.csv"
 WIDE = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2099, 1, 1, tzinfo=dt.UTC))
 NANO = Decimal("1e-9")
 
@@ -90,6 +93,12 @@ def imported_totals(batch: BillingBatch) -> dict[str, tuple[Decimal, Decimal]]:
             (dt.datetime(2023, 6, 1, tzinfo=dt.UTC), dt.datetime(2023, 7, 1, tzinfo=dt.UTC)),
             "30",
         ),
+        (
+            "../nise_style/nise_gpu_2025-09.csv",
+            18,
+            (dt.datetime(2025, 9, 1, tzinfo=dt.UTC), dt.datetime(2025, 10, 1, tzinfo=dt.UTC)),
+            "202.737353424",
+        ),
     ],
 )
 def test_every_row_is_imported_and_accounts_add_up(
@@ -148,3 +157,28 @@ def test_koku_savings_plan_lines_in_nok() -> None:
     assert set(batch.lines["currency"]) == {"NOK"}
     assert set(batch.lines["charge_type"]) == {"SavingsPlanCoveredUsage"}
     assert batch.lines["effective_cost"].sum() < batch.lines["billed_cost"].sum()
+
+
+def test_nise_style_gpu_cur() -> None:
+    """nise writes usage times as ``str(datetime)`` (``2025-09-01 00:00:00+00:00``), bill periods as
+    ``…T00:00:00Z``, and one column named ``pricing/OfferingClasspricing/PurchaseOption``."""
+    with NISE.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert "pricing/OfferingClasspricing/PurchaseOption" in rows[0]
+    assert rows[0]["lineItem/UsageStartDate"] == "2025-09-01 00:00:00+00:00"
+    batch = read(NISE)
+    p4d = batch.lines.filter(pl.col("instance_type") == "p4d.24xlarge")
+    assert p4d["charge_start"].to_list() == [dt.datetime(2025, 9, 1, h, tzinfo=dt.UTC) for h in range(6)]
+    assert (p4d["billed_cost"].sum(), p4d["effective_cost"].sum()) == (
+        Decimal("196.6356"),
+        Decimal("127.8132"),
+    )
+    assert set(p4d["pricing_model"]) == {"commitment"} and set(p4d["tags"]) == {'{"user:app":"train"}'}
+    g5 = batch.lines.filter(pl.col("instance_type") == "g5.xlarge")
+    assert (g5.height, set(g5["pricing_model"]), g5["billed_cost"].sum()) == (
+        6,
+        {"on_demand"},
+        Decimal("6.036"),
+    )
+    # legacy nise files name no GPU count: left to the ingestor's catalog (p4d: 8, g5.xlarge: 1)
+    assert batch.lines["gpu_count"].null_count() == 18
