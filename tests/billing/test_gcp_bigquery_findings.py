@@ -14,6 +14,7 @@ from gcpfake.bigquery import FakeBigQuery, FakeTable, schema_of, serve
 from google.auth.credentials import AnonymousCredentials
 from test_gcp_billing_bigquery import FLOATS, OCT, SEP, TABLE, TIMES, records
 
+from connectors.billing import BillingBatch
 from connectors.gcp_billing import GcpBillingConfig, GcpBillingConnector
 
 
@@ -37,6 +38,7 @@ def test_bigquery_rows_are_imported_with_findings(endpoint: str) -> None:
         (batch,) = source.read(SEP, OCT)
     finally:
         source.close()
+    assert isinstance(batch, BillingBatch), batch
     assert (batch.read, batch.lines.height, batch.refused) == (12, 12, [])
     found = {(f.rule, f.column): (f.count, [line for line, _ in f.examples]) for f in batch.findings}
     assert found == {

@@ -31,10 +31,11 @@ ACCOUNT = "01A2B3-C4D5E6-F7A8B9"
 
 def read(path: Path) -> list[BillingBatch]:
     config = GcpBillingConfig(name="bills", type="gcp_billing", path=str(path))
-    batches = [b for b in GcpBillingConnector(config).read(SEP, OCT)]
-    for batch in batches:
+    batches = []
+    for batch in GcpBillingConnector(config).read(SEP, OCT):
         assert isinstance(batch, BillingBatch), batch
         assert batch.read == batch.lines.height + len(batch.refused) + batch.skipped
+        batches.append(batch)
     return batches
 
 
