@@ -472,7 +472,7 @@ def _file_summary(opened: OpenedFile, facts: _Facts) -> tuple[Period | None, lis
     gpus: set[str] = set()
     lo, hi = _timestamp("BillingPeriodStart"), _timestamp("BillingPeriodEnd")
     provider = _provider()
-    marked = (_gpu_count(provider, facts).fill_null(0) > 0) | _is_gpu_sku(provider, facts).fill_null(False)
+    marked = (pl.col("_gpu_count").fill_null(0) > 0) | pl.col("_gpu_sku")
     wanted = [*_SUMMARY_COLUMNS, *facts.x_columns]
     try:
         for block in opened.blocks(wanted):
@@ -482,6 +482,7 @@ def _file_summary(opened: OpenedFile, facts: _Facts) -> tuple[Period | None, lis
             # records naming a period that cannot be one are refused, and must not widen the file's
             span = block.filter(sane_period(lo, hi).fill_null(False)).select(lo.min(), hi.max())
             lo_hi.extend(v for v in span.row(0) if v is not None)
+            block = _with_gpu_facts(block, provider, facts)
             found = block.filter(marked).select(_resource_id(provider).alias("r")).drop_nulls()
             gpus.update(found["r"].unique().to_list())
     except (pl.exceptions.PolarsError, OSError) as exc:
@@ -689,56 +690,53 @@ def _resource_id(provider: pl.Expr) -> pl.Expr:
 # --- GPUs -------------------------------------------------------------------------------------------
 
 
-def _other_provider(provider: pl.Expr) -> pl.Expr:
-    """A provider outside the three clouds (whose instance types the catalog knows)."""
-    return ~provider.is_in(CLOUDS)
+#: Between a row's texts joined into one (a control character no pattern matches or counts as space).
+_JOIN = "\x1f"
 
 
-def _gpu_texts(facts: _Facts) -> list[pl.Expr]:
-    """The texts of a row that may name a GPU for a provider outside :data:`CLOUDS`."""
-    return [
-        _text(c) for c in ("ChargeDescription", "SkuMeter", "x_SkuDescription", "ResourceType", "SkuId")
-    ] + [_text(c) for c in facts.x_columns if c != "x_SkuDescription"]
+def _gpu_text(facts: _Facts) -> pl.Expr:
+    """The texts of a row that may name a GPU, joined (each pattern runs once a row, not once a
+    column): descriptions, resource type, SKU and the file's ``x_`` columns."""
+    columns: tuple[str, ...] = ("ChargeDescription", "SkuMeter", "x_SkuDescription", "ResourceType", "SkuId")
+    columns += tuple(c for c in facts.x_columns if c not in columns)
+    return pl.concat_str([pl.col(c).fill_null("") for c in columns], separator=_JOIN)
 
 
-def _oci_shape(facts: _Facts) -> pl.Expr:
-    """An OCI GPU shape named anywhere in the row's descriptions, ids or ``x_`` columns."""
-    texts = [_text("SkuPriceDetails"), _text("ResourceName"), *_gpu_texts(facts)]
-    return pl.coalesce([t.str.extract(OCI_GPU_SHAPE, 1) for t in texts])
+def _with_gpu_facts(frame: pl.DataFrame, provider: pl.Expr, facts: _Facts) -> pl.DataFrame:
+    """``frame`` with ``_shape`` (an OCI GPU shape the row names), ``_gpu_count`` (GPUs the row
+    states) and ``_gpu_sku`` (the row is the GPU itself, its hours GPU-hours) — each computed once.
 
-
-def _gpu_count(provider: pl.Expr, facts: _Facts) -> pl.Expr:
-    """GPUs per instance where the row says it: ``SkuPriceDetails`` (any provider), else — for a
-    provider outside :data:`CLOUDS` — a count its texts state (``8x H100``, ``8 GPUs``)."""
+    * ``_gpu_count``: ``SkuPriceDetails`` (any provider), else — for a provider outside
+      :data:`CLOUDS` — a count its texts state (``8x H100``, ``8 GPUs``).
+    * ``_gpu_sku``: a SKU meter or description naming a GPU (GCP GPU SKUs), a ``ConsumedUnit`` in
+      GPU-hours, or — for a provider outside :data:`CLOUDS`, when no shape is named — a text naming
+      a GPU (``Compute - GPU - H100``); never where a GPU count is known (the row is the instance)."""
+    other = ~provider.is_in(CLOUDS)
+    text = pl.col("_gpu_text")
+    frame = frame.with_columns(_gpu_text(facts).alias("_gpu_text"))
+    shape_text = pl.concat_str(
+        [pl.col("SkuPriceDetails").fill_null(""), pl.col("ResourceName").fill_null(""), text], separator=_JOIN
+    )
     details = _text("SkuPriceDetails").str.extract(GPU_COUNT_KEY, 1).cast(pl.Int32, strict=False)
     stated = pl.coalesce(
-        [
-            t.str.extract(pattern, 1).cast(pl.Int32, strict=False)
-            for t in _gpu_texts(facts)
-            for pattern in GPU_COUNT_TEXT
-        ]
+        [text.str.extract(pattern, 1).cast(pl.Int32, strict=False) for pattern in GPU_COUNT_TEXT]
     )
-    return pl.coalesce(details, pl.when(_other_provider(provider)).then(stated))
-
-
-def _gpu_unit() -> pl.Expr:
-    return _text("ConsumedUnit").str.contains(GPU_UNIT).fill_null(False)
-
-
-def _is_gpu_sku(provider: pl.Expr, facts: _Facts) -> pl.Expr:
-    """The row is the GPU itself, its hours GPU-hours: a SKU meter or description naming a GPU (GCP
-    GPU SKUs), a ``ConsumedUnit`` in GPU-hours, or — for a provider outside :data:`CLOUDS`, when
-    no instance shape is named — a description, resource type, SKU or ``x_`` column naming a GPU
-    (``Compute - GPU - H100``). Never where a GPU count is known (the row is the instance then)."""
-    named = pl.any_horizontal(t.str.contains(GPU_TEXT).fill_null(False) for t in _gpu_texts(facts))
-    other = _other_provider(provider) & _oci_shape(facts).is_null() & named
+    frame = frame.with_columns(
+        shape_text.str.extract(OCI_GPU_SHAPE, 1).alias("_shape"),
+        pl.coalesce(details, pl.when(other).then(stated)).alias("_gpu_count"),
+    )
+    named = other & pl.col("_shape").is_null() & text.str.contains(GPU_TEXT)
     sku = (
         _text("SkuMeter").str.contains(GPU_SKU).fill_null(False)
         | _text("x_SkuDescription").str.contains(GPU_SKU).fill_null(False)
         | _gpu_unit()
-        | other
+        | named.fill_null(False)
     )
-    return sku & _gpu_count(provider, facts).is_null()
+    return frame.with_columns((sku & pl.col("_gpu_count").is_null()).alias("_gpu_sku")).drop("_gpu_text")
+
+
+def _gpu_unit() -> pl.Expr:
+    return _text("ConsumedUnit").str.contains(GPU_UNIT).fill_null(False)
 
 
 def _map(good: pl.DataFrame, gpu_resources: list[str], facts: _Facts) -> pl.DataFrame:
@@ -769,38 +767,42 @@ def _map(good: pl.DataFrame, gpu_resources: list[str], facts: _Facts) -> pl.Data
         details.str.json_path_match("$.MachineSpec"),
         _text("x_SkuDetails").str.json_path_match("$.ServiceType"),
         _text("x_UsageType").str.extract(AWS_INSTANCE_USAGE),
-        _oci_shape(facts),
+        pl.col("_shape"),
     ).str.strip_chars()
-    gpu_count = _gpu_count(provider, facts)
-    is_gpu_sku = _is_gpu_sku(provider, facts)
+    gpu_count = pl.col("_gpu_count")
+    is_gpu_sku = pl.col("_gpu_sku")
     hours = _text("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False) | _gpu_unit()
     counts_time = is_usage.fill_null(False) & ~unused
-    lines = good.with_columns(
-        provider.alias("provider"),
-        pl.col(LINE).alias("line_no"),
-        _text("BillingAccountId").alias("billing_account"),
-        _text("SubAccountId").alias("account"),
-        charge_type.alias("charge_type"),
-        category.alias("charge_category"),
-        pl.when(is_usage)
-        .then(pl.col("_enum_PricingCategory").replace_strict(PRICING, default=None))
-        .alias("pricing_model"),
-        _text("CommitmentDiscountId").alias("commitment_id"),
-        _text("ResourceName").alias("resource_name"),
-        _text("ServiceName").alias("service"),
-        pl.coalesce(_text("SkuId"), _text("SkuPriceId")).alias("sku"),
-        pl.coalesce(_text("x_SkuDescription"), _text("SkuMeter"), _text("ChargeDescription")).alias(
-            "sku_description"
-        ),
-        instance_type.alias("instance_type"),
-        _text("RegionId").alias("region"),
-        _text("ConsumedUnit").alias("usage_unit"),
-        gpu_count.alias("gpu_count"),
-        pl.when(is_gpu_sku).then(True).otherwise(None).alias("is_gpu_sku"),
-        _text("Tags").alias("tags"),
-        counts_time.alias("_counts_time"),
-        hours.alias("_hours"),
-    ).with_columns(resource_id.alias("resource_id"))
+    lines = (
+        _with_gpu_facts(good, provider, facts)
+        .with_columns(
+            provider.alias("provider"),
+            pl.col(LINE).alias("line_no"),
+            _text("BillingAccountId").alias("billing_account"),
+            _text("SubAccountId").alias("account"),
+            charge_type.alias("charge_type"),
+            category.alias("charge_category"),
+            pl.when(is_usage)
+            .then(pl.col("_enum_PricingCategory").replace_strict(PRICING, default=None))
+            .alias("pricing_model"),
+            _text("CommitmentDiscountId").alias("commitment_id"),
+            _text("ResourceName").alias("resource_name"),
+            _text("ServiceName").alias("service"),
+            pl.coalesce(_text("SkuId"), _text("SkuPriceId")).alias("sku"),
+            pl.coalesce(_text("x_SkuDescription"), _text("SkuMeter"), _text("ChargeDescription")).alias(
+                "sku_description"
+            ),
+            instance_type.alias("instance_type"),
+            _text("RegionId").alias("region"),
+            _text("ConsumedUnit").alias("usage_unit"),
+            gpu_count.alias("gpu_count"),
+            pl.when(is_gpu_sku).then(True).otherwise(None).alias("is_gpu_sku"),
+            _text("Tags").alias("tags"),
+            counts_time.alias("_counts_time"),
+            hours.alias("_hours"),
+        )
+        .with_columns(resource_id.alias("resource_id"))
+    )
     gpu_resource = pl.col("resource_id").is_in(gpu_resources)
     gpu_hours = (
         pl.when(pl.col("is_gpu_sku").fill_null(False) & pl.col("_counts_time") & pl.col("_hours"))
