@@ -219,3 +219,20 @@ def test_a_cloud_export_without_resource_ids_is_imported_and_flagged(tmp_path: P
         "aws",
         2,
     )
+
+
+def test_gpu_hours_beyond_the_stated_gpus_are_flagged_on_consumed_quantity(tmp_path: Path) -> None:
+    header, rows = oracle_rows(
+        {"ChargeDescription": "8x H100 node", "ConsumedUnit": "Hours", "ConsumedQuantity": "1"},
+        {"ChargeDescription": "8x H100 node", "ConsumedUnit": "Hours", "ConsumedQuantity": "3"},  # in 1 hour
+    )
+    batch = read(tmp_path, header, rows)
+    assert batch.lines["gpu_hours"].to_list() == [D(8), D(24)]  # imported as billed
+    (finding,) = batch.findings
+    assert (finding.rule, finding.column, finding.provider, finding.count) == (
+        "gpu_hours_over_capacity",
+        "ConsumedQuantity",
+        "oracle",
+        1,
+    )
+    assert [line for line, _ in finding.examples] == [3]
