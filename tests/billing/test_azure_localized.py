@@ -87,6 +87,14 @@ def test_a_localized_export_gives_the_lines_of_its_english_original(localized: P
     assert (ours.period_start, ours.period_end) == (theirs.period_start, theirs.period_end)
 
 
+def test_a_localized_export_read_in_small_chunks_gives_the_same_lines() -> None:
+    config = AzureCostConfig(name="costs", type="azure_cost", path=str(GERMAN), chunk_rows=2)
+    batches = list(AzureCostConnector(config).read(*WIDE))
+    assert len(batches) > 2 and all(isinstance(b, BillingBatch) for b in batches)  # cut by size
+    lines = pl.concat([b.lines for b in batches if isinstance(b, BillingBatch)])
+    assert lines.select(CONTENT).equals(read(GERMAN).lines.select(CONTENT))
+
+
 def test_refusals_and_findings_name_the_localized_column(tmp_path: Path) -> None:
     first, second = tmp_path / "a.csv", tmp_path / "de.csv"
     edit(GERMAN, first, 2, "Cost", "n/a")  # money unreadable: refused
