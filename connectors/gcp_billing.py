@@ -10,7 +10,7 @@ Sources (exactly one):
   every nested column as text in a cell — ``credits`` / ``credits_json``, ``labels`` /
   ``labels_json``, ``system_labels`` / ``system_labels_json``, a whole record such as ``resource``
   or ``usage`` — written as JSON or, as pandas and koku-nise write them, as a Python literal
-  (``[{'amount': -3.2e-05, 'full_name': None}]``): :func:`_from_flat`). ``.gz`` is undone whatever
+  (``[{'amount': -3.2e-05, 'full_name': None}]``): :func:`from_flat`). ``.gz`` is undone whatever
   the name.
 * ``bigquery_table``: the export table itself, queried with ``google-cloud-bigquery`` (the ``gcp``
   extra); see :meth:`GcpBillingConnector.read_bigquery` for the query, money, keys and
@@ -72,12 +72,8 @@ its first batch.
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
-import hashlib
-import json
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -111,7 +107,31 @@ from connectors.billing_io import (
     zip_member_name,
 )
 from connectors.billing_stores import local_file
-from connectors.cloud import auth_error, permission_error
+from connectors.gcp_bigquery import (
+    BIGQUERY_SCOPE,
+    BQ_COLUMNS,
+    CONNECTOR_ERRORS,
+    PROJECT,
+    TABLE,
+    bigquery_error,
+    bigquery_module,
+    bigquery_record,
+    build_query,
+    iso,
+    retriable,
+    table_parts,
+)
+from connectors.gcp_flat import (
+    CREDITS,
+    JSON_CELLS,
+    LABELS,
+    NESTED,
+    RECORD_CELLS,
+    REQUIRED,
+    from_flat,
+    machine_spec,
+    no_global_name,
+)
 from connectors.sdk import (
     BILLING_CURRENCIES,
     MONEY,
@@ -121,17 +141,13 @@ from connectors.sdk import (
     BillingFileError,
     ChargeCategory,
     ConfigurationError,
-    FatalSourceError,
     PricingModel,
     RefusedRow,
-    RetriableError,
     conform,
     merge_findings,
 )
 
 _D18 = pl.Decimal(38, 18)  # products and quotients are taken at 18 decimals, then rounded to 9
-_LABEL = pl.List(pl.Struct({"key": pl.String(), "value": pl.String()}))
-_CREDIT = pl.List(pl.Struct({"name": pl.String(), "amount": pl.String(), "type": pl.String()}))
 # tried first (the forms BigQuery writes), then every ISO 8601 form (billing_io.flexible_time):
 # koku-nise's ``2025-09-01T00:00:00`` (no zone: UTC), pandas' ``2020-11-09 23:00:00+00:00``, …
 _TIME_FORMATS = (
@@ -144,31 +160,6 @@ _CATEGORY = {
     "adjustment": ChargeCategory.ADJUSTMENT,
     "rounding error": ChargeCategory.ADJUSTMENT,
 }
-# canonical flat column → path in the nested export record
-_NESTED: dict[str, tuple[str, ...]] = {
-    "billing_account_id": ("billing_account_id",),
-    "service_id": ("service", "id"),
-    "service_description": ("service", "description"),
-    "sku_id": ("sku", "id"),
-    "sku_description": ("sku", "description"),
-    "usage_start_time": ("usage_start_time",),
-    "usage_end_time": ("usage_end_time",),
-    "project_id": ("project", "id"),
-    "location_region": ("location", "region"),
-    "location_zone": ("location", "zone"),
-    "resource_name": ("resource", "name"),
-    "resource_global_name": ("resource", "global_name"),
-    "cost": ("cost",),
-    "cost_at_list": ("cost_at_list",),
-    "currency": ("currency",),
-    "usage_amount": ("usage", "amount"),
-    "usage_unit": ("usage", "unit"),
-    "usage_amount_in_pricing_units": ("usage", "amount_in_pricing_units"),
-    "usage_pricing_unit": ("usage", "pricing_unit"),
-    "cost_type": ("cost_type",),
-    "invoice_month": ("invoice", "month"),
-}
-REQUIRED = ("sku_description", "usage_start_time", "usage_end_time", "cost", "currency")
 _SUFFIXES: dict[str, Format] = {
     ".jsonl": "jsonl",
     ".json": "jsonl",
@@ -176,36 +167,6 @@ _SUFFIXES: dict[str, Format] = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
-
-# BigQuery names: a project id (optionally domain-scoped, ``example.com:proj``), a dataset id, a
-# table id. Checked before the name is backquoted into the SQL (a name cannot be a parameter).
-_PROJECT = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_TABLE = re.compile(rf"({_PROJECT.pattern})\.([A-Za-z0-9_]{{1,1024}})\.([A-Za-z0-9_-]{{1,1024}})")
-_BIGQUERY_SCOPE = "https://www.googleapis.com/auth/bigquery"
-_NUMBER_TYPES = {"FLOAT", "FLOAT64", "NUMERIC", "BIGNUMERIC", "BIGDECIMAL", "INTEGER", "INT64"}
-# the export's columns the normalization reads: top-level column → its sub-fields (None: a leaf
-# or a repeated {key, value} record selected whole); ``credits`` is built separately
-_BQ_COLUMNS: dict[str, tuple[str, ...] | None] = {
-    "billing_account_id": None,
-    "service": ("id", "description"),
-    "sku": ("id", "description"),
-    "usage_start_time": None,
-    "usage_end_time": None,
-    "project": ("id",),
-    "labels": None,
-    "system_labels": None,
-    "location": ("region", "zone"),
-    "resource": ("name", "global_name"),
-    "cost": None,
-    "cost_at_list": None,
-    "currency": None,
-    "usage": ("amount", "unit", "amount_in_pricing_units", "pricing_unit"),
-    "invoice": ("month",),
-    "cost_type": None,
-    "export_time": None,
-}
-_BQ_REQUIRED = ("sku", "usage_start_time", "usage_end_time", "cost", "currency")
-_BQ_TIMES = ("usage_start_time", "usage_end_time", "export_time")
 
 
 def _struct(*names: str) -> pl.Struct:
@@ -216,10 +177,10 @@ def _struct(*names: str) -> pl.Struct:
 _BQ_FRAME: dict[str, pl.DataType] = {
     LINE: pl.Int64(),
     **{
-        c: (_LABEL if c in ("labels", "system_labels") else _struct(*f) if f else pl.String())
-        for c, f in _BQ_COLUMNS.items()
+        c: (LABELS if c in ("labels", "system_labels") else _struct(*f) if f else pl.String())
+        for c, f in BQ_COLUMNS.items()
     },
-    "credits": _CREDIT,
+    "credits": CREDITS,
 }
 
 
@@ -260,9 +221,9 @@ class GcpBillingConfig(BillingConfig):
             raise ValueError(
                 '"path" (the directory or file of the exported billing table) or "bigquery_table" is required'
             )
-        if self.bigquery_table is not None and not _TABLE.fullmatch(self.bigquery_table):
+        if self.bigquery_table is not None and not TABLE.fullmatch(self.bigquery_table):
             raise ValueError(f'"bigquery_table" must be "project.dataset.table", not {self.bigquery_table!r}')
-        if self.bigquery_project is not None and not _PROJECT.fullmatch(self.bigquery_project):
+        if self.bigquery_project is not None and not PROJECT.fullmatch(self.bigquery_project):
             raise ValueError(f'"bigquery_project" is not a project id: {self.bigquery_project!r}')
         bigquery_only = ("bigquery_project", "credentials_file", "api_endpoint")
         stray = [k for k in bigquery_only if getattr(self, k) is not None and not self.bigquery_table]
@@ -390,7 +351,7 @@ class GcpBillingConnector:
         and 5xx are retried by the client, then :class:`RetriableError`.
         """
         table_id = str(self.config.bigquery_table)
-        window = f"{_iso(start)}/{_iso(end)}"
+        window = f"{iso(start)}/{iso(end)}"
         file = f"bigquery://{table_id}?window={window}"
         try:
             client = self._bigquery_client()
@@ -398,7 +359,7 @@ class GcpBillingConnector:
             timeout = self.config.timeout_s
             table = client.get_table(table_id, retry=retry, timeout=timeout)
             sql = build_query(table_id, table.schema, table.time_partitioning)
-            bigquery = _bigquery()
+            bigquery = bigquery_module()
             job_config = bigquery.QueryJobConfig(
                 query_parameters=[
                     bigquery.ScalarQueryParameter("start", "TIMESTAMP", start.astimezone(dt.UTC)),
@@ -415,13 +376,13 @@ class GcpBillingConnector:
                 records = []
                 for row in page:
                     line += 1
-                    records.append(_bigquery_record(row, line))
+                    records.append(bigquery_record(row, line))
                 if records:
                     yield self._bigquery_batch(records, file, start, end)
-        except _ConnectorErrors:
+        except CONNECTOR_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to the connector's error classes below
-            mapped = _bigquery_error(exc, table_id, self._query_project())
+            mapped = bigquery_error(exc, table_id, self._query_project())
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -450,19 +411,19 @@ class GcpBillingConnector:
         )
 
     def _query_project(self) -> str:
-        return self.config.bigquery_project or _table_parts(str(self.config.bigquery_table))[0]
+        return self.config.bigquery_project or table_parts(str(self.config.bigquery_table))[0]
 
     def _bigquery_client(self) -> Any:
         if self._client is not None:
             return self._client
-        bigquery = _bigquery()
+        bigquery = bigquery_module()
         credentials = self._credentials
         if credentials is None and self.config.credentials_file:
             from google.oauth2 import service_account
 
             try:
                 credentials = service_account.Credentials.from_service_account_file(
-                    self.config.credentials_file, scopes=[_BIGQUERY_SCOPE]
+                    self.config.credentials_file, scopes=[BIGQUERY_SCOPE]
                 )
             except (OSError, ValueError, KeyError) as exc:
                 raise ConfigurationError(
@@ -482,7 +443,7 @@ class GcpBillingConnector:
         from google.api_core import retry as api_retry
 
         return api_retry.Retry(
-            predicate=_retriable,
+            predicate=retriable,
             initial=self.config.backoff_s,
             maximum=max(self.config.backoff_s, 60.0),
             multiplier=2.0,
@@ -529,7 +490,7 @@ def _record_keys(frame: pl.DataFrame) -> pl.DataFrame:
 
 # --- streaming the exported files ------------------------------------------------------------
 
-_REQUIRED_TOP = [_NESTED[c][0] for c in REQUIRED]
+_REQUIRED_TOP = [NESTED[c][0] for c in REQUIRED]
 
 
 class GcpExportDialect(Dialect):
@@ -575,7 +536,7 @@ def _quantity_column(spelled: dict[str, str]) -> str:
     """The file's name of the column ``usage_quantity`` comes from (the driver's GPU-hours finding
     names it): the amount in pricing units, else the amount."""
     priced = "usage_amount_in_pricing_units"
-    return spelled.get(priced) or spelled.get("usage_amount") or ".".join(_NESTED[priced])
+    return spelled.get(priced) or spelled.get("usage_amount") or ".".join(NESTED[priced])
 
 
 class _GcpFile:
@@ -599,7 +560,7 @@ class _GcpFile:
 
 #: How the nested export spells the flat frame's columns (refusals and findings name these).
 _NESTED_SPELLED = {
-    **{c: ".".join(p) for c, p in _NESTED.items()},
+    **{c: ".".join(p) for c, p in NESTED.items()},
     **{c: c for c in ("credits", "labels", "system_labels")},
 }
 
@@ -608,14 +569,14 @@ def _flat(frame: pl.DataFrame, file: str, form: Format) -> tuple[pl.DataFrame, d
     """A chunk as the flat text frame the checks read (with its ``line_key``), and how the file
     spells its columns."""
     if form == "csv":
-        return _from_flat(frame, file)
+        return from_flat(frame, file)
     if form == "jsonl":
         nested = _from_nested(frame.drop("line_key"), file, require=False)
         return nested.join(frame.select(LINE, "line_key"), on=LINE, how="left"), _NESTED_SPELLED
     if "sku" in frame.columns:
         flat, spelled = _from_nested(frame, file), _NESTED_SPELLED
     else:
-        flat, spelled = _from_flat(frame, file)
+        flat, spelled = from_flat(frame, file)
     return flat.join(_record_keys(frame), on=LINE, how="left"), spelled
 
 
@@ -687,207 +648,16 @@ def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.
         require_columns(frame, file, _REQUIRED_TOP)
     resource = frame.schema.get("resource")
     if isinstance(resource, pl.Struct) and "global_name" not in {f.name for f in resource.fields}:
-        _no_global_name(file, "resource.global_name")
+        no_global_name(file, "resource.global_name")
     return frame.select(
         pl.col(LINE).cast(pl.Int64),
-        *(_path(frame, p).alias(c) for c, p in _NESTED.items()),
-        _machine_spec(_typed_list(frame, "system_labels", _LABEL)).alias("machine_spec"),
-        _typed_list(frame, "labels", _LABEL).alias("_labels"),
-        _typed_list(frame, "credits", _CREDIT).alias("_credits"),
+        *(_path(frame, p).alias(c) for c, p in NESTED.items()),
+        machine_spec(_typed_list(frame, "system_labels", LABELS)).alias("machine_spec"),
+        _typed_list(frame, "labels", LABELS).alias("_labels"),
+        _typed_list(frame, "credits", CREDITS).alias("_credits"),
         pl.lit(None, pl.String).alias("credits_total"),
-        *(pl.lit(False).alias(f"_{c}_bad") for c in _JSON_CELLS),
+        *(pl.lit(False).alias(f"_{c}_bad") for c in JSON_CELLS),
     )
-
-
-def _machine_spec(system_labels: pl.Expr) -> pl.Expr:
-    spec = system_labels.list.eval(
-        pl.element().filter(pl.element().struct.field("key") == "compute.googleapis.com/machine_spec")
-    ).list.first()
-    return spec.struct.field("value")
-
-
-def _no_global_name(file: str, column: str) -> None:
-    """A resource-level export names each resource by ``resource.global_name`` (the instance id the
-    ledger joins on); one that has ``resource.name`` but not it would import every row as cost of
-    no resource, so the file is refused. The standard export (no ``resource`` at all) is read: it
-    has no resources by design."""
-    raise BillingFileError(
-        file,
-        f'missing column "{column}": a resource-level export names each resource by it (the header is'
-        " line 1)",
-        line=1,
-        column=column,
-    )
-
-
-# --- the flat export: nested columns as text in a cell -----------------------------------------
-
-#: The repeated records of the export a flat file holds as text, by the flat frame's name, with
-#: the names files give them (dots already read as ``_``): the export's own name, then a query's
-#: ``…_json`` alias.
-_JSON_CELLS: dict[str, tuple[str, ...]] = {
-    "credits": ("credits", "credits_json"),
-    "labels": ("labels", "labels_json"),
-    "system_labels": ("system_labels", "system_labels_json"),
-}
-#: Records a flat file may hold whole in one cell (pandas' ``to_csv`` of a query's rows writes a
-#: RECORD column so): their fields are read where the file has no column of their own.
-_RECORD_CELLS = ("service", "sku", "project", "location", "resource", "usage", "invoice")
-
-
-def _from_flat(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, dict[str, str]]:
-    """A flat export (CSV, flat Parquet) as the flat text frame the checks read, and how the file
-    spells each of its columns. Dotted names (``service.id``, ``project.labels``) are read as
-    ``service_id``…; every JSON-bearing cell is decoded once per distinct text (:func:`_loads`:
-    JSON or a Python literal, numbers kept as their text): credits (``credits`` or
-    ``credits_json``: a list of ``{name, amount, type}``, or one such object), labels and system
-    labels (a list of ``{key, value}`` or an object of them; the machine type is the
-    ``compute.googleapis.com/machine_spec`` system label, else a ``machine_spec`` column), a whole
-    record (``resource``: ``{"name": …, "global_name": …}``). A cell that cannot be decoded sets
-    ``_<name>_bad`` for the checks."""
-    spelled = {c.replace(".", "_"): c for c in reversed(frame.columns) if c != LINE}
-    frame = frame.rename({c: c.replace(".", "_") for c in frame.columns})
-    frame = frame.with_columns(
-        pl.col(c).cast(pl.String) for c in frame.columns if c not in (LINE, "line_key")
-    )
-    frame, spelled = _record_cells(frame, spelled)
-    require_columns(frame, file, REQUIRED)
-    if "resource_name" in frame.columns and "resource_global_name" not in frame.columns:
-        _no_global_name(file, spelled.get("resource_name", "resource_name").replace("name", "global_name"))
-    shapes = {
-        "credits": (_CREDIT, _credit_list),
-        "labels": (_LABEL, _label_list),
-        "system_labels": (_LABEL, _label_list),
-    }
-    for name, spellings in _JSON_CELLS.items():
-        source = next((s for s in spellings if s in frame.columns), None)
-        dtype, convert = shapes[name]
-        if source is None:
-            frame = frame.with_columns(
-                pl.lit(None, dtype).alias(f"_{name}"), pl.lit(False).alias(f"_{name}_bad")
-            )
-            continue
-        spelled[name] = spelled.get(source, source)
-        frame = frame.rename({source: name}) if source != name else frame
-        frame = _decode_cells(frame, name, dtype, convert)
-    spec = _machine_spec(pl.col("_system_labels"))
-    if "machine_spec" in frame.columns:
-        spec = pl.coalesce(spec, pl.when(pl.col("machine_spec") != "").then(pl.col("machine_spec")))
-    frame = frame.with_columns(spec.alias("machine_spec"))
-    optional = [*_NESTED, "credits_total"]
-    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
-    return frame, spelled
-
-
-def _record_cells(frame: pl.DataFrame, spelled: dict[str, str]) -> tuple[pl.DataFrame, dict[str, str]]:
-    """The fields of a record held whole in one cell (``resource`` = ``{"name": …}``) as the flat
-    columns, where the file has no column of their own; one that cannot be decoded sets
-    ``_<record>_bad``."""
-    for record in _RECORD_CELLS:
-        if record not in frame.columns:
-            continue
-        fields = {
-            c: p[1] for c, p in _NESTED.items() if p[0] == record and len(p) == 2 and c not in frame.columns
-        }
-        if not fields:
-            continue
-        dtype = pl.Struct({f: pl.String() for f in fields.values()})
-        frame = _decode_cells(frame, record, dtype, _record_of(tuple(fields.values())))
-        frame = frame.with_columns(pl.col(f"_{record}").struct.field(f).alias(c) for c, f in fields.items())
-        spelled.update({c: f"{spelled.get(record, record)}.{f}" for c, f in fields.items()})
-    return frame, spelled
-
-
-def _decode_cells(
-    frame: pl.DataFrame, column: str, dtype: pl.DataType, convert: Callable[[object], object]
-) -> pl.DataFrame:
-    """``frame`` with ``_<column>`` (the decoded cell as ``dtype``) and ``_<column>_bad`` (a cell that
-    is not empty and cannot be decoded); each distinct text is decoded once (most rows repeat a
-    few: ``[]``, a VM's labels)."""
-    texts = frame[column].drop_nulls().unique().to_list()
-    values, bad = [], []
-    for text in texts:
-        try:
-            values.append(convert(_loads(text)) if text.strip() else None)
-            bad.append(False)
-        except (ValueError, TypeError, AttributeError):
-            values.append(None)
-            bad.append(True)
-    table = pl.DataFrame(
-        {column: texts, f"_{column}": values, f"_{column}_bad": bad},
-        schema={column: pl.String, f"_{column}": dtype, f"_{column}_bad": pl.Boolean},
-    )
-    joined = frame.join(table, on=column, how="left", maintain_order="left")
-    return joined.with_columns(pl.col(f"_{column}_bad").fill_null(False))
-
-
-def _loads(text: str) -> object:
-    """A JSON-bearing cell: JSON, else a Python literal (pandas' ``to_csv`` and koku-nise write
-    ``[{'amount': -3.2e-05, 'full_name': None}]``). Numbers stay their text (never a float).
-    Raises ValueError when it is neither."""
-    try:
-        return json.loads(text, parse_float=str, parse_int=str)
-    except json.JSONDecodeError:
-        pass
-    try:
-        tree = ast.parse(text.strip(), mode="eval")  # parsed, never evaluated
-    except (SyntaxError, RecursionError, MemoryError) as exc:
-        raise ValueError(f"neither JSON nor a literal: {exc}") from None
-    return _literal(tree.body, text.strip())
-
-
-def _literal(node: ast.AST, text: str) -> object:
-    """A Python literal's syntax tree as the values ``json.loads(parse_float=str)`` gives."""
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_literal(e, text) for e in node.elts]
-    if isinstance(node, ast.Dict):
-        keys = [_literal(k, text) if k is not None else None for k in node.keys]
-        if not all(isinstance(k, str) for k in keys):
-            raise ValueError("a literal's keys must be text")
-        return {k: _literal(v, text) for k, v in zip(keys, node.values, strict=True)}
-    number = (
-        node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd) else node
-    )
-    if isinstance(number, ast.Constant):
-        value = number.value
-        if number is node and (value is None or isinstance(value, str | bool)):
-            return value
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return ast.get_source_segment(text, node)  # the number as written: exact
-    raise ValueError(f"not a literal value: {ast.dump(node)[:80]}")
-
-
-def _records(value: object) -> list[dict[str, object]]:
-    """A repeated record's value: a list of objects, or one object where a list belongs."""
-    items = [value] if isinstance(value, dict) else value
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise ValueError("not a list of records")
-    return items
-
-
-def _credit_list(value: object) -> list[dict[str, str | None]]:
-    return [{k: _text(c.get(k)) for k in ("name", "amount", "type")} for c in _records(value)]
-
-
-def _label_list(value: object) -> list[dict[str, str | None]]:
-    if isinstance(value, dict) and not {"key", "value"} <= set(value):  # {"team": "ml"}
-        return [{"key": k, "value": _text(v)} for k, v in value.items()]
-    return [{"key": _text(label.get("key")), "value": _text(label.get("value"))} for label in _records(value)]
-
-
-def _record_of(fields: tuple[str, ...]) -> Callable[[object], dict[str, str | None]]:
-    def record(value: object) -> dict[str, str | None]:
-        if not isinstance(value, dict):
-            raise ValueError("not a record")
-        return {f: _text(value.get(f)) for f in fields}
-
-    return record
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return None if value is None else str(value)
 
 
 def _credit_parts(frame: pl.DataFrame) -> pl.DataFrame:
@@ -1005,7 +775,7 @@ def _checks(frame: pl.DataFrame, file: str, spelled: dict[str, str]) -> Split:
     for name, what in (("labels", "labels"), ("system_labels", "system labels: no machine type")):
         reason = f"not a list of {{key, value}} (JSON): the {what} dropped"
         checks.flag(name, "unreadable_json", reason, pl.col(f"_{name}_bad"))
-    for record in _RECORD_CELLS:
+    for record in RECORD_CELLS:
         if f"_{record}_bad" in frame.columns:
             reason = f"not a {record} record (JSON): its fields are empty"
             checks.flag(record, "unreadable_json", reason, pl.col(f"_{record}_bad"))
@@ -1154,154 +924,3 @@ def _to_lines(good: pl.DataFrame, file: str, facts: pl.DataFrame) -> pl.DataFram
         pl.when(tag_text != "").then(pl.concat_str(pl.lit("{"), tag_text, pl.lit("}"))).alias("tags"),
     )
     return conform(lines)
-
-
-# --- BigQuery helpers -------------------------------------------------------------------------
-
-
-def _bigquery() -> Any:
-    try:
-        from google.cloud import bigquery
-    except ImportError:
-        raise ConfigurationError(
-            'gcp_billing: "bigquery_table" needs google-cloud-bigquery: pip install "gpu-ledger[gcp]"'
-        ) from None
-    return bigquery
-
-
-def _table_parts(table_id: str) -> tuple[str, str, str]:
-    match = _TABLE.fullmatch(table_id)
-    if match is None:
-        raise ConfigurationError(
-            f'gcp_billing: "bigquery_table" must be "project.dataset.table": {table_id!r}'
-        )
-    return match.group(1), match.group(2), match.group(3)
-
-
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _number(expr: str) -> str:
-    # NUMERIC: the double rounded to 9 decimals; its STRING: plain decimal text (no exponent)
-    return f"CAST(CAST({expr} AS NUMERIC) AS STRING)"
-
-
-def build_query(table_id: str, schema: Sequence[Any], partitioning: Any = None) -> str:
-    """The SELECT over ``table_id`` for the columns of ``schema`` (``SchemaField`` list) the
-    normalization reads; ``@start``/``@end`` are its parameters. Raises ConfigurationError when
-    the table lacks a column every billing export has."""
-    fields = {f.name: f for f in schema}
-    missing = [c for c in _BQ_REQUIRED if c not in fields]
-    if "sku" in fields and "description" not in {f.name for f in fields["sku"].fields}:
-        missing.append("sku.description")
-    if missing:
-        raise ConfigurationError(
-            f"gcp_billing: {table_id} is not a Cloud Billing export table: no column {missing[0]!r}"
-        )
-
-    def leaf(field: Any, expr: str) -> str:
-        return _number(expr) if field.field_type.upper() in _NUMBER_TYPES else expr
-
-    items: list[str] = []
-    for column, subfields in _BQ_COLUMNS.items():
-        field = fields.get(column)
-        if field is None:
-            continue
-        if subfields is None:
-            items.append(f"{leaf(field, column)} AS {column}")
-            continue
-        inner = {f.name: f for f in field.fields}
-        parts = [f"{leaf(inner[n], f'{column}.{n}')} AS {n}" for n in subfields if n in inner]
-        if parts:
-            items.append(f"STRUCT({', '.join(parts)}) AS {column}")
-    if "credits" in fields:
-        inner = {f.name: f for f in fields["credits"].fields}
-        parts = [f"{leaf(inner[n], f'c.{n}')} AS {n}" for n in ("name", "amount", "type") if n in inner]
-        items.append(
-            f"ARRAY(SELECT AS STRUCT {', '.join(parts)} FROM UNNEST(credits) AS c WITH OFFSET AS o"
-            " ORDER BY o) AS credits"
-        )
-    where = ["usage_start_time >= @start", "usage_start_time < @end"]
-    if partitioning is not None:
-        column = getattr(partitioning, "field", None) or "_PARTITIONTIME"
-        if column in ("_PARTITIONTIME", "export_time"):
-            where.append(f"{column} >= TIMESTAMP_SUB(@start, INTERVAL 1 DAY)")
-    project, dataset, table = _table_parts(table_id)
-    return "SELECT " + ", ".join(items) + f" FROM `{project}.{dataset}.{table}` WHERE " + " AND ".join(where)
-
-
-def _text_times(value: Any) -> Any:
-    return value.astimezone(dt.UTC).isoformat(sep=" ") if isinstance(value, dt.datetime) else value
-
-
-def _bigquery_record(row: Any, line: int) -> dict[str, Any]:
-    """A result row as the nested record a JSONL export holds (text leaves), ``_line`` and its key."""
-    record = {name: _text_times(value) if name in _BQ_TIMES else value for name, value in row.items()}
-    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    record["_key"] = "sha1:" + hashlib.sha1(canonical.encode()).hexdigest()
-    record[LINE] = line
-    return record
-
-
-def _retriable(exc: Exception) -> bool:
-    from google.api_core import exceptions as gexc
-    from google.cloud.bigquery.retry import DEFAULT_RETRY
-
-    if isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
-        return True
-    return bool(DEFAULT_RETRY._predicate(exc))  # rateLimitExceeded/backendError reasons, connection errors
-
-
-_ConnectorErrors = (ConfigurationError, FatalSourceError, RetriableError)
-
-
-def _reasons(exc: Any) -> set[str]:
-    return {e.get("reason", "") for e in (getattr(exc, "errors", None) or []) if isinstance(e, dict)}
-
-
-def _bigquery_error(exc: Exception, table_id: str, query_project: str) -> Exception:
-    """A client or transport exception as the connector's error, with the operator's next step."""
-    import concurrent.futures
-
-    import requests
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as auth_exc
-
-    source = f"gcp_billing (BigQuery {table_id})"
-    project, dataset, _ = _table_parts(table_id)
-    detail = getattr(exc, "message", None) or str(exc)
-    detail = detail.split("\n")[0][:300]
-    if isinstance(exc, gexc.RetryError):
-        cause = exc.cause
-        return RetriableError(f"{source}: gave up after retries: {cause or exc}")
-    if isinstance(exc, gexc.Forbidden) and _reasons(exc) & {"rateLimitExceeded", "quotaExceeded"}:
-        return RetriableError(f"{source}: quota or rate limit ({detail})")
-    if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied):
-        return permission_error(
-            source,
-            detail,
-            f"roles/bigquery.dataViewer on the dataset {project}.{dataset} (to read the table) and"
-            f" roles/bigquery.jobUser on the project {query_project} (to run the query)",
-        )
-    if isinstance(exc, gexc.Unauthorized | gexc.Unauthenticated | auth_exc.GoogleAuthError):
-        return auth_error(
-            source,
-            detail,
-            "set credentials_file to a service-account key file, or provide Application Default"
-            " Credentials (GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth application-default login`)",
-        )
-    if isinstance(exc, gexc.NotFound):
-        return ConfigurationError(
-            f"{source}: not found ({detail}). Check bigquery_table {table_id!r}: the billing export's"
-            " project, dataset and table name (gcp_billing_export_resource_v1_<BILLING_ACCOUNT_ID>)"
-        )
-    if isinstance(exc, gexc.BadRequest):
-        return ConfigurationError(f"{source}: the table cannot answer the billing query ({detail})")
-    if isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
-        return RetriableError(f"{source}: {detail}")
-    if isinstance(exc, requests.exceptions.RequestException | concurrent.futures.TimeoutError | OSError):
-        return RetriableError(f"{source}: {type(exc).__name__}: {detail}")
-    if isinstance(exc, gexc.GoogleAPICallError):
-        return FatalSourceError(f"{source}: {detail}")
-    return exc
