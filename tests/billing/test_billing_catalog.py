@@ -47,9 +47,9 @@ def test_bundled_lookups(instance_type: str, model: str, count: int) -> None:
 
 def test_bundled_catalog_is_versioned_and_consistent() -> None:
     catalog = bundled_catalog()
-    assert catalog.version == "2025.11.1 (2025-11-30)"
-    assert len(catalog) == 86
-    assert {e.provider for e in catalog.entries()} == {"aws", "gcp", "azure"}
+    assert catalog.version == "2026.12.1 (2026-12-01)"
+    assert len(catalog) == 101  # 86 cloud types + 15 OCI GPU shapes
+    assert {e.provider for e in catalog.entries()} == {"aws", "gcp", "azure", "oracle"}
     assert all(e.gpu_count > 0 and (e.gpu_memory_gib or 0) > 0 for e in catalog.entries())
     # N1 machines carry no GPU of their own: attached GPUs are GPU SKU rows.
     assert "n1-standard-8" not in catalog and catalog.gpu_count("n1-standard-8") is None
@@ -66,7 +66,7 @@ def test_overrides_from_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         'instance_type = "P5.48XLARGE"\ngpu_model = "NVIDIA H100 80GB (as billed)"\ngpu_count = 4\n'
     )
     catalog = load_settings(path).instance_catalog()
-    assert catalog.version == "2025.11.1 (2025-11-30) + 2 configured"
+    assert catalog.version == "2026.12.1 (2026-12-01) + 2 configured"
     added, replaced = catalog.get("g9.48xlarge"), catalog.get("p5.48xlarge")
     assert added is not None and (added.provider, added.gpu_count, added.gpu_memory_gib) == ("aws", 8, 288.0)
     # A replaced entry keeps the bundled provider when the table names none.
