@@ -143,6 +143,13 @@ from connectors.billing_io import (
     sha1_keys,
 )
 from connectors.billing_stores import local_export_files, local_file
+from connectors.focus_gpus import (
+    AWS_INSTANCE_USAGE,
+    CLOUDS,
+    gpu_unit,
+    text_of,
+    with_gpu_facts,
+)
 from connectors.sdk import (
     BILLING_CURRENCIES,
     MONEY,
@@ -240,7 +247,6 @@ PROVIDERS: dict[str, str] = {
 }
 #: The providers whose GPU instances the instance catalog knows by name (their other rows are not
 #: searched for GPU words: an AWS or Azure description naming a GPU is an instance, priced by type).
-CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
 #: A provider the row names nowhere (ProviderName, PublisherName and InvoiceIssuerName all empty).
 UNKNOWN_PROVIDER = "unknown"
 PRICING: dict[str, str] = {
@@ -282,31 +288,6 @@ ENUMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
 UNKNOWN_CATEGORY = ChargeCategory.ADJUSTMENT.value
 #: ``ConsumedUnit`` spellings in hours (FOCUS UnitFormat says ``Hours``; compared lower-cased).
 HOUR_UNITS: tuple[str, ...] = ("hours", "hour", "hrs", "hr", "h")
-#: A ``ConsumedUnit`` in GPU-hours (``GPU Hours``, ``GPU-Hours``, ``GPU Per Hour``): the row's
-#: quantity already is GPU-hours, whatever the provider.
-GPU_UNIT = r"(?i)^\s*GPUs?[\s_-]*(?:per[\s_-]*)?(?:hours?|hrs?|h)\s*$"
-#: A SKU that is the GPU itself (GCP bills GPUs as their own SKUs): its name says GPU.
-GPU_SKU = r"(?i)\bGPUs?\b"
-#: GPU models by name, for providers outside :data:`CLOUDS` (``Compute - GPU - H100``).
-GPU_MODELS = (
-    r"(?:A100|H100|H200|H20|B200|B300|GB200|GB300|L40S|L40|L4|A10G|A10|A30|A40|V100|P100|T4|"
-    r"MI300X|MI325X|MI355X|MI250X?|RTX\s?PRO\s?6000|RTX\s?6000|A6000)"
-)
-#: Text naming a GPU, for providers outside :data:`CLOUDS`.
-GPU_TEXT = rf"(?i)\bGPUs?\b|\b{GPU_MODELS}\b"
-#: A GPU count the text states: ``8x H100``, ``8 x NVIDIA H100``, ``GPU_8xH100``, ``8 GPUs``.
-GPU_COUNT_TEXT: tuple[str, ...] = (
-    rf"(?i)(?:^|[^\d.])(\d{{1,3}})\s*[x×]\s*(?:nvidia\s+|amd\s+)?(?:tesla\s+|instinct\s+)?{GPU_MODELS}\b",
-    r"(?i)(?:^|[^\d.])(\d{1,3})\s*GPUs?\b",
-)
-#: A GPU count in ``SkuPriceDetails`` (FOCUS 1.1+ JSON): ``GpuCount`` or another spelling of it
-#: (``GPUCount``, ``gpu_count``, ``x_GpuCount``, ``GPUs``), as a number or a quoted number.
-GPU_COUNT_KEY = r'(?i)"(?:x_)?(?:gpu_?count|gpus|number_?of_?gpus)"\s*:\s*"?\s*(\d+)'
-#: An OCI GPU shape named in the row (``BM.GPU.H100.8``, ``BM.GPU.A100-v2.8``, ``VM.GPU.A10.1``):
-#: its instance type; the catalog (or the shape's last number) gives its GPUs.
-OCI_GPU_SHAPE = r"(?i)\b((?:BM|VM)\.GPU[0-9]*(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+)"
-#: AWS usage types of instance hours: ``[REGION-]BoxUsage:<type>`` (also Spot, Dedicated, Host).
-AWS_INSTANCE_USAGE = r"^(?:[A-Z0-9]+-)?(?:BoxUsage|SpotUsage|DedicatedUsage|HostBoxUsage|SchedUsage):(.+)$"
 #: Export file names (optionally ``.gz``; the content decides CSV, gzip or Parquet).
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet")
 #: File names read from a directory: exports, and a ``.zip`` of one (as a Data Export delivers it).
@@ -482,7 +463,7 @@ def _file_summary(opened: OpenedFile, facts: _Facts) -> tuple[Period | None, lis
             # records naming a period that cannot be one are refused, and must not widen the file's
             span = block.filter(sane_period(lo, hi).fill_null(False)).select(lo.min(), hi.max())
             lo_hi.extend(v for v in span.row(0) if v is not None)
-            block = _with_gpu_facts(block, provider, facts)
+            block = with_gpu_facts(block, provider, facts.x_columns)
             found = block.filter(marked).select(_resource_id(provider).alias("r")).drop_nulls()
             gpus.update(found["r"].unique().to_list())
     except (pl.exceptions.PolarsError, OSError) as exc:
@@ -525,12 +506,6 @@ def _timestamp(column: str) -> pl.Expr:
     return pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)])
 
 
-def _text(column: str) -> pl.Expr:
-    """Trimmed text, empty → null."""
-    text = pl.col(column).str.strip_chars()
-    return pl.when(text == "").then(None).otherwise(text)
-
-
 def _line_keys(frame: pl.DataFrame) -> pl.Series:
     record = pl.concat_str(
         [
@@ -568,7 +543,7 @@ def _enum(checks: Checks, column: str) -> pl.Expr:
     """``column`` as one of its allowed values (:data:`ENUMS`; a case variant or an alias is that
     value, silently); any other value is imported as null and counted as ``unknown_value``."""
     values, aliases = ENUMS[column]
-    text = _text(column)
+    text = text_of(column)
     value = canonical(text, values, aliases)
     reason = f"not one of {', '.join(values)}"
     if column == "ChargeCategory":
@@ -599,10 +574,10 @@ def _normalize(frame: pl.DataFrame, file: str, gpu_resources: list[str], facts: 
         reason = (
             f"empty: the provider is taken from PublisherName or InvoiceIssuerName, else {UNKNOWN_PROVIDER!r}"
         )
-        checks.flag("ProviderName", "missing_value", reason, _text("ProviderName").is_null())
+        checks.flag("ProviderName", "missing_value", reason, text_of("ProviderName").is_null())
     if "ChargeCategory" not in facts.missing:
         reason = f"empty where FOCUS requires a value: booked as {UNKNOWN_CATEGORY}"
-        checks.flag("ChargeCategory", "missing_value", reason, _text("ChargeCategory").is_null())
+        checks.flag("ChargeCategory", "missing_value", reason, text_of("ChargeCategory").is_null())
     enums = {column: _enum(checks, column) for column in ENUMS}
     parsed: dict[str, pl.Expr] = {
         "charge_start": checks.timestamp("ChargePeriodStart", *_ISO_FORMATS),
@@ -654,7 +629,7 @@ _ISO_FORMATS: tuple[str, ...] = (
 def _provider_key(column: str) -> pl.Expr:
     """A provider name as a key: lower-cased, each run of characters other than letters and digits
     one ``-`` (``Amazon Web Services, Inc.`` → ``amazon-web-services-inc``)."""
-    key = _text(column).str.to_lowercase().str.replace_all(r"[\W_]+", "-").str.strip_chars("-")
+    key = text_of(column).str.to_lowercase().str.replace_all(r"[\W_]+", "-").str.strip_chars("-")
     return pl.when(key == "").then(None).otherwise(key)
 
 
@@ -669,13 +644,13 @@ def _provider() -> pl.Expr:
 
 
 def _unused() -> pl.Expr:
-    status = canonical(_text("CommitmentDiscountStatus"), COMMITMENT_STATUSES)
+    status = canonical(text_of("CommitmentDiscountStatus"), COMMITMENT_STATUSES)
     return (status == "Unused").fill_null(False)
 
 
 def _resource_id(provider: pl.Expr) -> pl.Expr:
     """``ResourceId`` as the metrics connectors spell the instance (module docstring)."""
-    resource = _text("ResourceId")
+    resource = text_of("ResourceId")
     return (
         pl.when(_unused())
         .then(None)
@@ -685,58 +660,6 @@ def _resource_id(provider: pl.Expr) -> pl.Expr:
         .then(resource.str.to_lowercase())
         .otherwise(resource)
     )
-
-
-# --- GPUs -------------------------------------------------------------------------------------------
-
-
-#: Between a row's texts joined into one (a control character no pattern matches or counts as space).
-_JOIN = "\x1f"
-
-
-def _gpu_text(facts: _Facts) -> pl.Expr:
-    """The texts of a row that may name a GPU, joined (each pattern runs once a row, not once a
-    column): descriptions, resource type, SKU and the file's ``x_`` columns."""
-    columns: tuple[str, ...] = ("ChargeDescription", "SkuMeter", "x_SkuDescription", "ResourceType", "SkuId")
-    columns += tuple(c for c in facts.x_columns if c not in columns)
-    return pl.concat_str([pl.col(c).fill_null("") for c in columns], separator=_JOIN)
-
-
-def _with_gpu_facts(frame: pl.DataFrame, provider: pl.Expr, facts: _Facts) -> pl.DataFrame:
-    """``frame`` with ``_shape`` (an OCI GPU shape the row names), ``_gpu_count`` (GPUs the row
-    states) and ``_gpu_sku`` (the row is the GPU itself, its hours GPU-hours) — each computed once.
-
-    * ``_gpu_count``: ``SkuPriceDetails`` (any provider), else — for a provider outside
-      :data:`CLOUDS` — a count its texts state (``8x H100``, ``8 GPUs``).
-    * ``_gpu_sku``: a SKU meter or description naming a GPU (GCP GPU SKUs), a ``ConsumedUnit`` in
-      GPU-hours, or — for a provider outside :data:`CLOUDS`, when no shape is named — a text naming
-      a GPU (``Compute - GPU - H100``); never where a GPU count is known (the row is the instance)."""
-    other = ~provider.is_in(CLOUDS)
-    text = pl.col("_gpu_text")
-    frame = frame.with_columns(_gpu_text(facts).alias("_gpu_text"))
-    shape_text = pl.concat_str(
-        [pl.col("SkuPriceDetails").fill_null(""), pl.col("ResourceName").fill_null(""), text], separator=_JOIN
-    )
-    details = _text("SkuPriceDetails").str.extract(GPU_COUNT_KEY, 1).cast(pl.Int32, strict=False)
-    stated = pl.coalesce(
-        [text.str.extract(pattern, 1).cast(pl.Int32, strict=False) for pattern in GPU_COUNT_TEXT]
-    )
-    frame = frame.with_columns(
-        shape_text.str.extract(OCI_GPU_SHAPE, 1).alias("_shape"),
-        pl.coalesce(details, pl.when(other).then(stated)).alias("_gpu_count"),
-    )
-    named = other & pl.col("_shape").is_null() & text.str.contains(GPU_TEXT)
-    sku = (
-        _text("SkuMeter").str.contains(GPU_SKU).fill_null(False)
-        | _text("x_SkuDescription").str.contains(GPU_SKU).fill_null(False)
-        | _gpu_unit()
-        | named.fill_null(False)
-    )
-    return frame.with_columns((sku & pl.col("_gpu_count").is_null()).alias("_gpu_sku")).drop("_gpu_text")
-
-
-def _gpu_unit() -> pl.Expr:
-    return _text("ConsumedUnit").str.contains(GPU_UNIT).fill_null(False)
 
 
 def _map(good: pl.DataFrame, gpu_resources: list[str], facts: _Facts) -> pl.DataFrame:
@@ -749,55 +672,55 @@ def _map(good: pl.DataFrame, gpu_resources: list[str], facts: _Facts) -> pl.Data
     unused = (pl.col("_enum_CommitmentDiscountStatus") == "Unused").fill_null(False)
     resource_id = _resource_id(pl.col("provider"))
     # the source's own type: the canonical category, or the file's text when it is not one
-    own = pl.coalesce(known, _text("ChargeCategory"), pl.lit(UNKNOWN_CATEGORY))
+    own = pl.coalesce(known, text_of("ChargeCategory"), pl.lit(UNKNOWN_CATEGORY))
     charge_type = (
         pl.when(unused)
         .then(
             pl.lit("Unused")
-            + pl.coalesce(_text("CommitmentDiscountType").str.replace_all(" ", ""), pl.lit("Commitment"))
+            + pl.coalesce(text_of("CommitmentDiscountType").str.replace_all(" ", ""), pl.lit("Commitment"))
         )
         .when(pl.col("_enum_ChargeClass") == "Correction")
         .then(own + pl.lit("/Correction"))
         .otherwise(own)
         .str.slice(0, 60)
     )
-    details = _text("SkuPriceDetails")
+    details = text_of("SkuPriceDetails")
     instance_type = pl.coalesce(
         details.str.json_path_match("$.InstanceType"),
         details.str.json_path_match("$.MachineSpec"),
-        _text("x_SkuDetails").str.json_path_match("$.ServiceType"),
-        _text("x_UsageType").str.extract(AWS_INSTANCE_USAGE),
+        text_of("x_SkuDetails").str.json_path_match("$.ServiceType"),
+        text_of("x_UsageType").str.extract(AWS_INSTANCE_USAGE),
         pl.col("_shape"),
     ).str.strip_chars()
     gpu_count = pl.col("_gpu_count")
     is_gpu_sku = pl.col("_gpu_sku")
-    hours = _text("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False) | _gpu_unit()
+    hours = text_of("ConsumedUnit").str.to_lowercase().is_in(HOUR_UNITS).fill_null(False) | gpu_unit()
     counts_time = is_usage.fill_null(False) & ~unused
     lines = (
-        _with_gpu_facts(good, provider, facts)
+        with_gpu_facts(good, provider, facts.x_columns)
         .with_columns(
             provider.alias("provider"),
             pl.col(LINE).alias("line_no"),
-            _text("BillingAccountId").alias("billing_account"),
-            _text("SubAccountId").alias("account"),
+            text_of("BillingAccountId").alias("billing_account"),
+            text_of("SubAccountId").alias("account"),
             charge_type.alias("charge_type"),
             category.alias("charge_category"),
             pl.when(is_usage)
             .then(pl.col("_enum_PricingCategory").replace_strict(PRICING, default=None))
             .alias("pricing_model"),
-            _text("CommitmentDiscountId").alias("commitment_id"),
-            _text("ResourceName").alias("resource_name"),
-            _text("ServiceName").alias("service"),
-            pl.coalesce(_text("SkuId"), _text("SkuPriceId")).alias("sku"),
-            pl.coalesce(_text("x_SkuDescription"), _text("SkuMeter"), _text("ChargeDescription")).alias(
+            text_of("CommitmentDiscountId").alias("commitment_id"),
+            text_of("ResourceName").alias("resource_name"),
+            text_of("ServiceName").alias("service"),
+            pl.coalesce(text_of("SkuId"), text_of("SkuPriceId")).alias("sku"),
+            pl.coalesce(text_of("x_SkuDescription"), text_of("SkuMeter"), text_of("ChargeDescription")).alias(
                 "sku_description"
             ),
             instance_type.alias("instance_type"),
-            _text("RegionId").alias("region"),
-            _text("ConsumedUnit").alias("usage_unit"),
+            text_of("RegionId").alias("region"),
+            text_of("ConsumedUnit").alias("usage_unit"),
             gpu_count.alias("gpu_count"),
             pl.when(is_gpu_sku).then(True).otherwise(None).alias("is_gpu_sku"),
-            _text("Tags").alias("tags"),
+            text_of("Tags").alias("tags"),
             counts_time.alias("_counts_time"),
             hours.alias("_hours"),
         )
