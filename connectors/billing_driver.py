@@ -24,6 +24,7 @@ every export shares, so it is written once and behaves the same for all of them:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import tempfile
@@ -227,9 +228,12 @@ class Duplicates:
         )
         tagged = tagged.with_columns(pl.coalesce("_earlier", "_first").alias("_first")).drop("_earlier")
         repeat = pl.col("line_no") != pl.col("_first")
+        cost = pl.col("billed_cost") if "billed_cost" in tagged.columns else pl.lit(None)
         refused = [
-            reader.duplicate(line, first, key)
-            for line, first, key in tagged.filter(repeat).select("line_no", "_first", "line_key").iter_rows()
+            dataclasses.replace(reader.duplicate(line, first, key), cost=billed)
+            for line, first, key, billed in tagged.filter(repeat)
+            .select("line_no", "_first", "line_key", cost)
+            .iter_rows()
         ]
         kept = tagged.filter(~repeat)
         self._seen = pl.concat([self._seen, kept.select("_hash", pl.col("line_no").alias("_first"))])
@@ -293,6 +297,8 @@ def read_file(
                 duplicates = Duplicates()
             lines, bad, findings = reader.normalize(frame)
             lines, repeated = duplicates.refuse(lines, reader)
+            if repeated:
+                findings = _without_repeats(findings, frame, repeated, reader)
             lines = conform(lines)
             findings = merge_findings([*findings, *capacity_findings(lines, label, reader)])
             refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
@@ -312,6 +318,24 @@ def read_file(
                 findings=findings,
             )
         reader.finish(read, accepted, refused_count)
+
+
+def _without_repeats(
+    findings: list[Finding], frame: pl.DataFrame, repeated: list[RefusedRow], reader: FileDialect
+) -> list[Finding]:
+    """``findings`` of a chunk less those of its rows refused as repeats (a finding counts imported
+    rows only): the repeated records are normalized again alone — rare, and a dialect's
+    normalization is a function of its rows — and their counts and examples taken out."""
+    lines = {r.line for r in repeated}
+    _, _, theirs = reader.normalize(frame.filter(pl.col(LINE).is_in(sorted(lines))))
+    less = {(f.file, f.rule, f.column, f.reason, f.provider): f.count for f in merge_findings(theirs)}
+    kept = []
+    for f in findings:
+        count = f.count - less.get((f.file, f.rule, f.column, f.reason, f.provider), 0)
+        if count > 0:
+            examples = tuple(e for e in f.examples if e[0] not in lines)
+            kept.append(dataclasses.replace(f, count=count, examples=examples))
+    return kept
 
 
 #: A line may bill a little more than its GPUs × hours (rounding of a daily sum) before it is a finding.

@@ -181,6 +181,7 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
       other GCP rows of a known GPU machine → 0 (their GPUs are billed on the GPU SKU rows);
       ``Usage`` lines in an hours unit with a known count → ``usage_quantity × gpu_count``, except
       Savings Plan negations and unused commitments (:data:`NON_GPU_TIME_CHARGES`) → 0;
+      a negative quantity → 0 (it is a finding, never negative billed hours);
       any other line with a known count → 0; without a count → null.
 
     Exact: ``Decimal(38, 9)`` times an integer count stays exact.
@@ -200,8 +201,13 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
         pl.col("charge_type").str.strip_chars().str.to_lowercase().is_in(sorted(NON_GPU_TIME_CHARGES))
     ).fill_null(False)
     known = pl.col("gpu_count").is_not_null()
+    # A negative quantity (a credit-like usage row: flagged negative_usage by the dialect) bills no
+    # GPU-hours: re-pricing must never see negative billed hours.
+    negative = (pl.col("usage_quantity") < 0).fill_null(False)
     derived = (
-        pl.when(gpu_sku & hours)
+        pl.when(negative & (known | gpu_sku))
+        .then(pl.lit(0))
+        .when(gpu_sku & hours)
         .then(pl.col("usage_quantity"))
         .when((pl.col("provider") == "gcp") & known)
         .then(pl.lit(0))

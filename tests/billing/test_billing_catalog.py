@@ -101,6 +101,10 @@ def test_fill_gpus_exact() -> None:
             usage("j", instance_type="Standard_ND96isr_H100_v5", provider="azure", usage_unit="1 Hour",
                   usage_quantity="708"),
             usage("k", instance_type="g9.xlarge"),
+            # a negative usage row (a finding): no negative billed GPU-hours, on either kind of row
+            usage("l", usage_quantity="-3"),
+            usage("m", provider="gcp", instance_type="a3-highgpu-8g", is_gpu_sku=True, usage_unit="hour",
+                  usage_quantity="-2"),
         ],
     )  # fmt: skip
     filled = fill_gpus(frame, load_catalog())
@@ -119,6 +123,8 @@ def test_fill_gpus_exact() -> None:
         "i": (None, Decimal("1")),
         "j": (8, Decimal("5664")),
         "k": (None, None),  # unknown: not 0 GPUs
+        "l": (8, Decimal(0)),
+        "m": (8, Decimal(0)),
     }
     assert filled.schema == frame.schema and filled["line_key"].to_list() == frame["line_key"].to_list()
 

@@ -360,3 +360,38 @@ def test_the_driver_reads_null_literals_as_empty_and_carries_findings_on_every_b
     assert found == [
         Finding(str(path), "negative_usage", "qty", "negative", 3, ((3, "-1"), (5, "-2"), (6, "-3")), "acme")
     ]
+
+
+class _Keyed(Dialect):
+    def begin(self, opened: OpenedFile, first: pl.DataFrame, period: Period | None) -> _KeyedFile:
+        return _KeyedFile(opened.label)
+
+
+class _KeyedFile(_TinyFile):
+    """Line keys from the ``note`` column: a repeated note is a repeated line."""
+
+    def normalize(self, chunk: pl.DataFrame) -> Normalized:
+        lines, refused, findings = super().normalize(chunk)
+        keys = chunk.select(pl.col(LINE).alias("line_no"), pl.col("note").alias("_note"))
+        lines = lines.join(keys, on="line_no").with_columns(pl.col("_note").alias("line_key")).drop("_note")
+        return Split(lines, refused, findings)
+
+
+def test_a_repeated_line_is_refused_with_its_cost_and_leaves_the_findings(tmp_path: Path) -> None:
+    path = tmp_path / "bill.csv"
+    path.write_text("cost,qty,note\n1,-1,a\n2,-2,b\n3,-3,a\n4,-4,c\n5,-5,b\n")
+
+    @contextlib.contextmanager
+    def opened() -> Iterator[Path]:
+        yield path
+
+    batches = list(read_file(ExportFile(str(path), opened), _Keyed(), None, None, chunk_rows=2))
+    assert [(r.line, r.cost) for b in batches for r in b.refused] == [
+        (4, Decimal("3.000000000")),
+        (6, Decimal("5.000000000")),
+    ]
+    found = merge_findings([f for b in batches for f in b.findings])
+    # three rows imported, each negative: lines 4 and 6 were refused and are not counted
+    assert found == [
+        Finding(str(path), "negative_usage", "qty", "negative", 3, ((2, "-1"), (3, "-2"), (5, "-4")), "acme")
+    ]
