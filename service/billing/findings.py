@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select
@@ -92,6 +92,15 @@ def write(
     if rows:
         conn.execute(insert(_FINDINGS), rows)
     return sum(f.count for f in kept)
+
+
+def with_file_provider(findings: list[Finding], providers: set[str]) -> list[Finding]:
+    """``findings`` with the file's provider where they name none and its lines have one only
+    (a CUR's findings are AWS's), so asking by provider finds them."""
+    if len(providers) != 1:
+        return findings
+    (provider,) = providers
+    return [f if f.provider is not None else replace(f, provider=provider) for f in findings]
 
 
 # --- asking -----------------------------------------------------------------------------------------

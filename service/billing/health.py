@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Protocol
 
 _HUNDRED = Decimal(100)
 
@@ -54,6 +55,41 @@ class Outcome:
     refused_cost: Decimal  # Σ |cost| of refused rows whose cost could be read
     billed_cost: Decimal  # Σ |billed cost| of the accepted lines
     empty_files: Sequence[str] = ()  # files with rows to import and none accepted
+
+
+class FileCounts(Protocol):
+    """What :func:`outcome_of` reads of a file's summary (``service.billing.ingest.FileSummary``)."""
+
+    @property
+    def source_file(self) -> str: ...
+    @property
+    def read(self) -> int: ...
+    @property
+    def accepted(self) -> int: ...
+    @property
+    def refused(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def refused_magnitude(self) -> Decimal: ...
+    @property
+    def billed_magnitude(self) -> Decimal: ...
+
+
+def outcome_of(files: Sequence[FileCounts]) -> Outcome:
+    """The run's outcome from its files' summaries (a file's parts — one per period — together)."""
+    per_file: dict[str, list[int]] = {}
+    for f in files:
+        counts = per_file.setdefault(f.source_file, [0, 0])
+        counts[0] += f.read - f.skipped
+        counts[1] += f.accepted
+    return Outcome(
+        read=sum(f.read for f in files),
+        refused=sum(f.refused for f in files),
+        refused_cost=sum((f.refused_magnitude for f in files), Decimal(0)),
+        billed_cost=sum((f.billed_magnitude for f in files), Decimal(0)),
+        empty_files=[name for name, (rows, accepted) in per_file.items() if rows > 0 and accepted == 0],
+    )
 
 
 def degraded_reason(outcome: Outcome, limits: QualityLimits) -> str | None:

@@ -69,7 +69,7 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import polars as pl
@@ -231,7 +231,7 @@ def ingest_billing(
         elif not files:
             status, error = ConnectorStatus.MISSING_DATA, None
         else:
-            error = health.degraded_reason(_outcome(files), limits)
+            error = health.degraded_reason(health.outcome_of(files), limits)
             status = ConnectorStatus.DEGRADED if error else ConnectorStatus.OK
         # The window is in only when every file of it is: a failed or missing file leaves the
         # watermark where it was, so the next run reads the window again. A DEGRADED run read
@@ -270,22 +270,6 @@ def ingest_billing(
         error=error,
     )
     return result
-
-
-def _outcome(files: Sequence[FileSummary]) -> health.Outcome:
-    """The run's counts for ``health.degraded_reason``; a file's parts (one per period) together."""
-    per_file: dict[str, list[int]] = {}
-    for f in files:
-        counts = per_file.setdefault(f.source_file, [0, 0])
-        counts[0] += f.read - f.skipped
-        counts[1] += f.accepted
-    return health.Outcome(
-        read=sum(f.read for f in files),
-        refused=sum(f.refused for f in files),
-        refused_cost=sum((f.refused_magnitude for f in files), Decimal(0)),
-        billed_cost=sum((f.billed_magnitude for f in files), Decimal(0)),
-        empty_files=[name for name, (rows, accepted) in per_file.items() if rows > 0 and accepted == 0],
-    )
 
 
 def _items(
@@ -522,7 +506,7 @@ class _Importer:
             pairs = currency_mix.fx_pairs(unit.conn)
             for summary in unit.files.values():
                 summary.notice = currency_mix.notice(summary.currencies, pairs)
-                summary.finding_list = _with_provider(summary.finding_list, summary.providers)
+                summary.finding_list = quality.with_file_provider(summary.finding_list, summary.providers)
                 period = (summary.period_start, summary.period_end)
                 summary.findings = quality.write(
                     unit.conn,
@@ -590,15 +574,6 @@ def _count_costs(summary: FileSummary, lines: pl.DataFrame, refused: Sequence[Re
         billed = lines["billed_cost"].abs().sum()
         summary.billed_magnitude += billed if isinstance(billed, Decimal) else Decimal(0)
         summary.providers.update(p for p in lines["provider"].unique().to_list() if p is not None)
-
-
-def _with_provider(findings: list[Finding], providers: set[str]) -> list[Finding]:
-    """``findings`` with the file's provider where they name none and its lines have one only
-    (a CUR's findings are AWS's), so asking by provider finds them."""
-    if len(providers) != 1:
-        return findings
-    (provider,) = providers
-    return [f if f.provider is not None else replace(f, provider=provider) for f in findings]
 
 
 def _file_row(summary: FileSummary, now: dt.datetime) -> dict[str, object]:

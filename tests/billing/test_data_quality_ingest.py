@@ -19,6 +19,7 @@ from connectors.billing import BillingBatch, BillingFileError
 from connectors.sdk.billing import Finding
 from service.billing.ingest import BillingImportResult, ingest_billing
 from service.db import make_engine
+from service.dbtypes import table_of
 from service.models import ConnectorRun, DataQualityFinding
 
 NOW = dt.datetime(2025, 10, 3, tzinfo=dt.UTC)
@@ -26,13 +27,13 @@ AUG = dt.datetime(2025, 8, 1, tzinfo=dt.UTC)
 FREQ = "not one of One-Time, Recurring, Usage-Based"
 
 
-def source(*items: object, **config: object) -> FakeBillingSource:
-    cfg = FakeBillingConfig(name="bills", type="fakebills", **config)  # type: ignore[arg-type]
-    return FakeBillingSource(cfg, batches=list(items))  # type: ignore[arg-type]
+def source(*items: BillingBatch | BillingFileError, **config: float) -> FakeBillingSource:
+    cfg = FakeBillingConfig(name="bills", type="fakebills", **config)
+    return FakeBillingSource(cfg, batches=list(items))
 
 
 def ingest(
-    engine: Engine, src: object, start: dt.datetime = SEP, end: dt.datetime = OCT
+    engine: Engine, src: FakeBillingSource, start: dt.datetime = SEP, end: dt.datetime = OCT
 ) -> BillingImportResult:
     return ingest_billing(
         engine,
@@ -41,7 +42,7 @@ def ingest(
         start,
         end,
         clock=lambda: NOW,
-        after_import=lambda engine, periods: None,  # type: ignore[arg-type]
+        after_import=lambda engine, periods: None,
     )
 
 
@@ -62,7 +63,7 @@ def neg(file: str, count: int, *lines: int) -> Finding:
 
 def stored(engine: Engine) -> list[tuple[object, ...]]:
     """Every finding row but its id, run and time of recording, in a stable order."""
-    t = DataQualityFinding.__table__
+    t = table_of(DataQualityFinding)
     columns = ["connector", "source_file", "provider", "rule", "column_name", "reason", "count", "examples",
                "period_start", "period_end"]  # fmt: skip
     with engine.connect() as conn:
@@ -105,12 +106,12 @@ def test_findings_are_stored_per_file_counted_and_replaced_on_reimport(engine: E
         ("bills", "b.csv", "aws", "negative_usage", "ConsumedQuantity", "negative on a Usage row", 3,
          _examples((2, "-1"), (3, "-1"), (4, "-1")), SEP, OCT),
     ]  # fmt: skip
-    assert [tuple(json.loads(v) if i == 7 else v for i, v in enumerate(r)) for r in stored(engine)] == [
-        tuple(json.loads(v) if i == 7 else v for i, v in enumerate(r)) for r in expected
+    assert [tuple(json.loads(str(v)) if i == 7 else v for i, v in enumerate(r)) for r in stored(engine)] == [
+        tuple(json.loads(str(v)) if i == 7 else v for i, v in enumerate(r)) for r in expected
     ]
     assert run_ids(engine) == {result.run_id}
     with engine.connect() as conn:
-        assert conn.execute(select(ConnectorRun.__table__.c.findings)).scalar_one() == 10
+        assert conn.execute(select(table_of(ConnectorRun).c.findings)).scalar_one() == 10
 
     # The same files again: the same findings, recorded by the new run — not twice.
     again = ingest(engine, source(*two_files()))
