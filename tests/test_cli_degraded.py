@@ -130,6 +130,13 @@ def test_a_degraded_import_exits_3_unless_allowed(exports: Path) -> None:
     )
     code, out = ingest(exports, "--allow-degraded")
     assert code == 0 and out.startswith("bills: status=DEGRADED "), out
+    # The connector's own thresholds, from its [[connectors]] table.
+    config = exports.parent / "c.toml"
+    config.write_text(config.read_text() + "max_refused_rows_pct = 34\nmax_refused_cost_pct = 35\n")
+    code, out = ingest(exports)
+    assert code == 0 and out.startswith("bills: status=OK "), out
+    config.write_text(config.read_text().replace("max_refused_cost_pct = 35", "max_refused_cost_pct = 34.4"))
+    assert ingest(exports)[0] == 3  # 10.5 of 30.5 = 34.43 %
 
 
 def test_a_file_whose_rows_are_all_refused_is_degraded(exports: Path) -> None:
