@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import polars as pl
 from sqlalchemy import Connection, delete, func, insert, select
 
 from connectors.sdk.billing import FINDING_EXAMPLES, Finding
@@ -92,6 +93,34 @@ def write(
     if rows:
         conn.execute(insert(_FINDINGS), rows)
     return sum(f.count for f in kept)
+
+
+#: A long value in an example is cut to this many characters (the finding says how long it was).
+EXAMPLE_CHARS = 120
+
+
+def cut_long_text(
+    lines: pl.DataFrame, lengths: dict[str, int], file: str
+) -> tuple[pl.DataFrame, list[Finding]]:
+    """``lines`` with text longer than its column holds (``lengths``) cut to fit, and a
+    ``value_too_long`` finding per column cut: a long resource name or SKU description is no
+    reason to lose a cost line (the value is kept up to the column's length)."""
+    found = []
+    cuts = []
+    for column, limit in lengths.items():
+        if column not in lines.columns:
+            continue
+        long = lines.filter(pl.col(column).str.len_chars() > limit)
+        if long.is_empty():
+            continue
+        examples = tuple(
+            (line, value if len(value) <= EXAMPLE_CHARS else value[:EXAMPLE_CHARS] + "…")
+            for line, value in long.select("line_no", column).head(FINDING_EXAMPLES).iter_rows()
+        )
+        reason = f"longer than the {limit} characters stored: cut to {limit}"
+        found.append(Finding(file, "value_too_long", column, reason, long.height, examples))
+        cuts.append(pl.col(column).str.slice(0, limit))
+    return (lines.with_columns(cuts) if cuts else lines), found
 
 
 def with_file_provider(findings: list[Finding], providers: set[str]) -> list[Finding]:

@@ -7,10 +7,12 @@ window and, for each:
    instance type that looks like a GPU family but is unknown is named in the result (and logged),
    its lines keep a null GPU count — they are never priced as 0 GPUs silently;
 2. checks what the database relies on, so one bad line cannot abort a whole file: required
-   values present, the currency an ISO 4217 code, text within the column's length, money within
-   NUMERIC(24, 9), and ``line_key`` unique per source — a repeated key (a duplicated line item
-   id, in the same file, another file of the run, or a file imported earlier that is not being
-   replaced) is refused, naming file, line and column ``line_key`` and where the first one is;
+   values present, the currency an ISO 4217 code, the file name and line key within their
+   columns' length (other text too long is cut to fit and flagged ``value_too_long``: a long
+   description is no reason to lose a cost line), money within NUMERIC(24, 9), and ``line_key``
+   unique per source — a repeated key (a duplicated line item id, in the same file, another file
+   of the run, or a file imported earlier that is not being replaced) is refused, naming file,
+   line and column ``line_key`` and where the first one is;
 3. replaces what the batch says it replaces (``BillingBatch`` docstring): with a billing period,
    all the source's lines charged in it (and the lines of the batch's files) — so a newer AWS
    assembly supersedes the old one and a re-import is exact; without one, the file's lines. The
@@ -114,6 +116,10 @@ _LENGTHS = {
     for c in table_of(BillingLine).columns
     if isinstance(length := getattr(c.type, "length", None), int) and length and c.name in BILLING_SCHEMA
 }
+#: Too long, these refuse the row (they identify it; a currency is checked as ISO 4217); any other
+#: text is cut to its column's length and flagged (``findings.cut_long_text``).
+_IDENTIFYING = ("source_file", "line_key", "currency")
+_CUT = {c: n for c, n in _LENGTHS.items() if c not in _IDENTIFYING}
 
 
 @dataclass(slots=True)
@@ -363,6 +369,7 @@ class _Importer:
             self._delete(unit, period=None, files=new_files)
             quality.delete_files(unit.conn, self.source, new_files)
             self.run_files.update(new_files)
+        lines, cut = quality.cut_long_text(lines, _CUT, name)
         lines, refused = self._check(unit.conn, lines)
         summary.read += batch.read
         summary.skipped += batch.skipped
@@ -374,8 +381,8 @@ class _Importer:
         summary.refused += len(batch.refused) + len(refused)
         summary.accepted += lines.height
         _count_costs(summary, lines, [*batch.refused, *refused])
-        if batch.findings:
-            summary.finding_list = merge_findings([*summary.finding_list, *batch.findings])
+        if batch.findings or cut:
+            summary.finding_list = merge_findings([*summary.finding_list, *batch.findings, *cut])
         currency_mix.count(lines, summary.currencies)
         unit.written += store.insert_lines(unit.conn, self.source, lines)
         store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
@@ -419,7 +426,9 @@ class _Importer:
             )
         )
         rules += [
-            (c, f"longer than {n} characters", pl.col(c).str.len_chars() > n) for c, n in _LENGTHS.items()
+            (c, f"longer than {n} characters", pl.col(c).str.len_chars() > n)
+            for c, n in _LENGTHS.items()
+            if c in _IDENTIFYING
         ]
         rules += [
             (c, f"amount out of range (the database holds up to {self.limit})", pl.col(c).abs() > self.limit)
@@ -463,16 +472,17 @@ class _Importer:
         refused = []
         for row in bad.iter_rows(named=True):
             column, reason, _ = rules[row["_bad"]]
-            if column == "line_key" and row["_outside"]:
+            duplicate = row["_bad"] == dup_index
+            if duplicate and row["_outside"]:
                 where = f"line {row['_seen_line']} of {row['_seen_file']}"
                 reason = f"{reason} {row['line_key']!r}: already imported from {where}"
-            elif column == "line_key":
+            elif duplicate:
                 where = f"line {row['_first_line']} of {row['_first_file']}"
                 reason = f"{reason} {row['line_key']!r}: first on {where}"
             elif row.get(column) is not None:
                 reason = f"{reason}: {row[column]!r}"
             # A duplicate's cost is in the ledger once already: it is no cost refused.
-            cost = None if column == "line_key" else row["billed_cost"]
+            cost = None if duplicate else row["billed_cost"]
             refused.append(
                 RefusedRow(row["source_file"] or "", row["line_no"], column, reason, _raw(row), cost)
             )

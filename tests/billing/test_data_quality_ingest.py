@@ -237,3 +237,27 @@ def test_stored_counts_are_the_sums_of_the_batches_and_reimport_is_a_no_op(
     snapshot = stored(lite)
     ingest(lite, source(*batches()))
     assert stored(lite) == snapshot
+
+
+def test_text_too_long_is_cut_and_flagged_but_an_over_long_line_key_is_refused(lite: Engine) -> None:
+    name, description = "n" * 301, "d" * 1000
+    rows = [
+        usage("k1", resource_name=name, sku_description=description),
+        usage("k2", resource_name="r" * 300),  # exactly the column's length: kept whole
+        usage("k" * 201),
+    ]
+    result = ingest(lite, source(batch("a.csv", rows)))
+    assert (result.accepted, result.refused, result.findings) == (2, 1, 2)
+    with lite.connect() as conn:
+        kept = conn.execute(
+            text("SELECT line_key, resource_name, sku_description FROM billing_line ORDER BY 1")
+        )
+        assert [tuple(r) for r in kept] == [("k1", "n" * 300, "d" * 500), ("k2", "r" * 300, None)]
+        refused = conn.execute(text("SELECT line, field, reason FROM rejection")).one()
+    assert tuple(refused) == (4, "line_key", f"longer than 200 characters: {'k' * 201!r}")
+    assert [(r[3], r[4], r[5], r[6], json.loads(str(r[7]))) for r in stored(lite)] == [
+        ("value_too_long", "resource_name", "longer than the 300 characters stored: cut to 300", 1,
+         [{"line": 2, "value": "n" * 120 + "…"}]),
+        ("value_too_long", "sku_description", "longer than the 500 characters stored: cut to 500", 1,
+         [{"line": 2, "value": "d" * 120 + "…"}]),
+    ]  # fmt: skip
