@@ -228,12 +228,10 @@ class Duplicates:
         )
         tagged = tagged.with_columns(pl.coalesce("_earlier", "_first").alias("_first")).drop("_earlier")
         repeat = pl.col("line_no") != pl.col("_first")
-        cost = pl.col("billed_cost") if "billed_cost" in tagged.columns else pl.lit(None)
+        # no cost on a repeat: its money is booked once, with its first line (the rows' share counts it)
         refused = [
-            dataclasses.replace(reader.duplicate(line, first, key), cost=billed)
-            for line, first, key, billed in tagged.filter(repeat)
-            .select("line_no", "_first", "line_key", cost)
-            .iter_rows()
+            reader.duplicate(line, first, key)
+            for line, first, key in tagged.filter(repeat).select("line_no", "_first", "line_key").iter_rows()
         ]
         kept = tagged.filter(~repeat)
         self._seen = pl.concat([self._seen, kept.select("_hash", pl.col("line_no").alias("_first"))])
