@@ -298,7 +298,8 @@ def read_file(
             if repeated:
                 findings = _without_repeats(findings, frame, repeated, reader)
             lines = conform(lines)
-            findings = merge_findings([*findings, *capacity_findings(lines, label, reader)])
+            quantity = getattr(reader, "quantity_column", None)
+            findings = merge_findings([*findings, *capacity_findings(lines, label, quantity)])
             refused = sorted([*io_refused, *bad, *repeated], key=lambda r: r.line or 0)
             read, accepted, refused_count = (
                 read + batch_read,
@@ -314,6 +315,7 @@ def read_file(
                 period_end=None if period is None else period[1],
                 assembly_id=file.assembly_id,
                 findings=findings,
+                quantity_column=quantity,
             )
         reader.finish(read, accepted, refused_count)
 
@@ -340,10 +342,12 @@ def _without_repeats(
 CAPACITY_SLACK = 1.01
 
 
-def capacity_findings(lines: pl.DataFrame, file: str, reader: FileDialect) -> list[Finding]:
+def capacity_findings(lines: pl.DataFrame, file: str, column: str | None) -> list[Finding]:
     """A usage line billing more GPU-hours than its instance's GPUs × the hours of its charge period
     (an Azure row of 49.9 GPU-hours in one day on a 1-GPU VM) is imported — the money is the
-    bill's — and counted as finding ``gpu_hours_over_capacity`` on the dialect's quantity column."""
+    bill's — and counted as finding ``gpu_hours_over_capacity`` on ``column``, the file's quantity
+    column. Lines whose GPU count the source gives are checked here; those whose count comes from
+    the instance catalog, by the ingestor once it has filled them in."""
     if lines.is_empty():
         return []
     hours = (pl.col("charge_end") - pl.col("charge_start")).dt.total_seconds() / 3600
@@ -355,7 +359,7 @@ def capacity_findings(lines: pl.DataFrame, file: str, reader: FileDialect) -> li
     hits = lines.filter(over)
     if hits.is_empty():
         return []
-    column = getattr(reader, "quantity_column", None) or "usage_quantity"
+    column = column or "usage_quantity"
     reason = "more GPU-hours than the instance's GPUs × the hours of the charge period"
     found = []
     for (provider,), group in hits.group_by("provider", maintain_order=True):

@@ -398,13 +398,14 @@ class GcpBillingConnector:
         frame = _from_nested(nested, file).join(keys, on=LINE, how="left")
         lines, refused, findings = normalize(frame, file)
         # what the driver adds to a file's batch: GPU-hours beyond the resource's GPUs × hours
-        page = _GcpFile(file, "jsonl", pl.DataFrame(), _quantity_column(_NESTED_SPELLED))
-        findings = merge_findings([*findings, *capacity_findings(lines, file, page)])
+        quantity = _quantity_column(_NESTED_SPELLED)
+        findings = merge_findings([*findings, *capacity_findings(lines, file, quantity)])
         return BillingBatch(
             lines=lines,
             source_file=file,
             refused=refused,
             findings=findings,
+            quantity_column=quantity,
             read=len(records),
             period_start=start.astimezone(dt.UTC),
             period_end=end.astimezone(dt.UTC),

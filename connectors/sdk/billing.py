@@ -173,6 +173,8 @@ class BillingBatch:
     period_end: dt.datetime | None = None
     assembly_id: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    #: the file's spelling of the usage-quantity column (named by findings the ingestor adds)
+    quantity_column: str | None = None
 
     def __post_init__(self) -> None:
         accounted = self.lines.height + len(self.refused) + self.skipped

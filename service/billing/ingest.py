@@ -78,6 +78,7 @@ import polars as pl
 from sqlalchemy import Connection, Engine
 
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
+from connectors.billing_driver import capacity_findings
 from connectors.sdk import BillingSource, ConnectorStatus
 from connectors.sdk.billing import Finding, merge_findings
 from service.billing import currency_mix, health, store
@@ -347,7 +348,14 @@ class _Importer:
             self.commit()
             self.unit = self._begin(key, period)
         unit = self.unit
-        lines = fill_gpus(conform(batch.lines), self.catalog)
+        given = conform(batch.lines)
+        lines = fill_gpus(given, self.catalog)
+        # GPU-hours beyond capacity where the count came from the catalog (the driver checked the
+        # lines whose count the source gave): an Azure VM size, a CUR without product/gpu
+        from_catalog = lines.filter(given["gpu_count"].is_null())
+        batch.findings = merge_findings(
+            [*batch.findings, *capacity_findings(from_catalog, batch.source_file, batch.quantity_column)]
+        )
         unknown = unknown_gpu_types(lines, self.catalog)
         if unknown:
             log.warning(

@@ -199,3 +199,33 @@ def test_gpu_hours_findings_name_a_localized_quantity(tmp_path: Path) -> None:
     assert [(f.rule, f.column, f.count) for f in batch.findings] == [
         ("gpu_hours_over_capacity", "Verbrauchte Menge (Quantity)", 1)
     ]
+
+
+def test_the_ingestor_flags_gpu_hours_beyond_a_catalog_count(tmp_path: Path, sqlite_url: str) -> None:
+    """Without ``gpu_counts`` the Azure export names no GPU count; the ingestor fills it from the
+    bundled catalog (NC24ads A100 v4: 1 GPU) and then flags the 49.9 GPU-hour day — stored, with
+    the file's spelling of the quantity column."""
+    from sqlalchemy import text
+
+    from service.billing.ingest import ingest_billing
+    from service.db import make_engine
+
+    path = tmp_path / "cost.csv"
+    path.write_text(GPU_VM)
+    connector = AzureCostConnector(AzureCostConfig(name="costs", type="azure_cost", path=str(path)))
+    engine = make_engine(sqlite_url)
+    try:
+        result = ingest_billing(engine, "costs", connector, *WIDE, after_import=lambda *_: None)
+        assert (result.read, result.accepted, result.refused, result.findings) == (3, 3, 0, 1)
+        [finding] = result.files[0].finding_list
+        assert (finding.rule, finding.column, finding.count, finding.examples) == (
+            "gpu_hours_over_capacity",
+            "Quantity",
+            1,
+            ((2, "49.900000000 GPU-h (1 GPU, 2025-09-01 00:00..2025-09-02 00:00)"),),
+        )
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT rule, column_name, count FROM data_quality_finding")).all()
+        assert [tuple(r) for r in rows] == [("gpu_hours_over_capacity", "Quantity", 1)]
+    finally:
+        engine.dispose()
