@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import itertools
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, delete, select
@@ -157,3 +160,16 @@ def scenario() -> list[Any]:
              pricing_model="commitment", instance_type="Standard_ND96isr_H100_v5"),
         line("vol-1", DAY3, at(24), "4.8", service="AmazonEC2", usage_unit="GB-Mo"),  # no GPUs: no row
     ]  # fmt: skip
+
+
+def csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    """A CSV file's header and records (the csv module)."""
+    parsed = list(csv.reader(io.StringIO(path.read_text())))
+    return parsed[0], parsed[1:]
+
+
+def render_csv(header: list[str], body: list[list[str]]) -> bytes:
+    """A header and records as CSV bytes (LF line ends)."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *body])
+    return out.getvalue().encode()

@@ -4,14 +4,14 @@ is refused whole (yielded as its ``BillingFileError``), the good rows and files 
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import gzip
-import io
 from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
+from billing_rows import csv_rows as rows
+from billing_rows import render_csv as render
 
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.billing import BillingBatch, BillingFileError
@@ -26,17 +26,6 @@ SEP, OCT = dt.datetime(2025, 9, 1, tzinfo=dt.UTC), dt.datetime(2025, 10, 1, tzin
 def read(path: Path, **keys: object) -> list[BillingBatch | BillingFileError]:
     with AwsCurConnector(AwsCurConfig(name="bills", path=str(path), **keys)) as connector:
         return list(connector.read(SEP, OCT))
-
-
-def rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    parsed = list(csv.reader(io.StringIO(path.read_text())))
-    return parsed[0], parsed[1:]
-
-
-def render(header: list[str], body: list[list[str]]) -> bytes:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows([header, *body])
-    return out.getvalue().encode()
 
 
 def broken_cur2() -> bytes:

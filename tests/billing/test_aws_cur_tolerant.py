@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from billing_rows import csv_rows as rows
+from billing_rows import render_csv as render
 
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.billing import BillingBatch, BillingFileError
@@ -41,17 +43,6 @@ def one(path: Path) -> BillingBatch:
     assert isinstance(batch, BillingBatch)
     assert batch.read == batch.lines.height + len(batch.refused) + batch.skipped
     return batch
-
-
-def rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    parsed = list(csv.reader(io.StringIO(path.read_text())))
-    return parsed[0], parsed[1:]
-
-
-def render(header: list[str], body: list[list[str]]) -> bytes:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows([header, *body])
-    return out.getvalue().encode()
 
 
 @pytest.mark.parametrize(
