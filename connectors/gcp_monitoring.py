@@ -37,13 +37,24 @@ Devices: GCE ``<instance_id>/gpu<gpu_number>`` with ``instance_id`` the numeric 
 name are not in the metric: with ``read_system_labels`` the gauge queries group by
 ``metadata.system_labels.machine_type``/``name`` (the API returns metadata only for labels named in a
 reduction; ``REDUCE_MEAN`` over one series changes nothing), else ``instance_type``/``node`` stay None.
-GKE nodes: ``<node_name>/gpu<n>`` where ``accelerator_id`` is ``n`` or ``nvidia<n>``, else
-``<node_name>/<accelerator_id>`` (a UUID); ``instance_id`` None (the node's GCE id is not in the
-metric). A ``k8s_container`` series names no node: it lands on the node device with the same
-project, cluster and ``accelerator_id`` when exactly one such node device reported in the window,
-else on ``<cluster>/<namespace>/<pod>/<accelerator_id>`` (node unknown). Its readings carry
-``k8s:<ns>/<pod>/<container>`` and replace the node's own reading of that metric at that time (the
-node reading would otherwise count as a time-slice sharing the GPU).
+GKE (``gke_node`` / ``gke_container``): the series come from the GKE GPU device plugin's metrics
+server (container-engine-accelerators ``pkg/gpu/nvidia/metrics``), whose ``accelerator_id`` label is
+the GPU's NVML UUID (``GPU-…``), ``model`` its NVML name (``NVIDIA L4``) and ``make`` ``nvidia``. No
+label carries a GPU index (the plugin's ``nvidia<minor>`` device names are never exported), so:
+
+* the device id is the UUID itself, as :mod:`connectors.dcgm` keys the same GPU; ``gpu_index`` is
+  None; a series without ``accelerator_id`` is skipped (counted in ``skipped_series``, logged);
+* ``node`` comes from the ``k8s_node`` series of the same UUID in the same project (its
+  ``node_name`` resource label: GKE node names are the GCE instance names); a ``k8s_container``
+  series names no node, so a GPU seen only through containers has ``node`` None;
+  ``instance_id`` stays None (the numeric GCE id is not in either resource);
+* a container's readings carry ``k8s:<namespace_name>/<pod_name>/<container_name>`` and replace the
+  node's own reading of that metric at that time on the same UUID (the node reading would
+  otherwise count as a time-slice sharing the GPU); the node's readings at other times are the
+  unallocated GPU's.
+
+The plugin writes container series only for whole GPUs: time-shared (``nvidia0/vgpu0``) and MIG
+(``nvidia0/gi0``) allocations get none, so on such node pools every GPU's time is unattributed.
 
 Errors: the SDK's retry (``google.api_core.retry.Retry``) retries UNAVAILABLE, DEADLINE_EXCEEDED,
 RESOURCE_EXHAUSTED and INTERNAL with exponential backoff from ``backoff_s``, at most ``max_retries``
@@ -56,6 +67,7 @@ type no agent in the project ever wrote) is an empty answer.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -100,7 +112,7 @@ _RETRYABLE = (
     gexc.InternalServerError,
 )
 _ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
-_GPU_N = re.compile(r"^(?:nvidia)?(\d+)$")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +239,8 @@ class GcpMonitoringConnector:
         self._client, self._owns_client = client, client is None
         self._credentials, self._clock = credentials, clock
         self._queries = [q for q in QUERIES if q.family in config.families]
+        #: GKE series skipped since the connector was made: no ``accelerator_id`` to key them by.
+        self.skipped_series = 0
 
     def close(self) -> None:
         """Close the gRPC channel of a client the connector made (an injected one is the caller's)."""
@@ -251,7 +265,11 @@ class GcpMonitoringConnector:
         start_ms, end_ms = to_ms(start), to_ms(end)
         for project in self.config.projects:
             reads = [r for q in self._queries for r in self._read(project, q, start_ms, end_ms)]
-            batch = _to_batch(reads, start_ms, end_ms)
+            batch, skipped = _to_batch(reads, start_ms, end_ms)
+            if skipped:
+                self.skipped_series += skipped
+                log.warning("gcp_monitoring %s: %d GKE series of project %s carry no accelerator_id; skipped",
+                            self.config.name, skipped, project)  # fmt: skip
             if batch.samples.height:
                 yield batch
 
@@ -402,81 +420,67 @@ def _region(location: str) -> str:
     return match.group(1) if match else location
 
 
-def _device(read: _Read) -> DeviceInfo:
+def _gce_device(read: _Read) -> DeviceInfo:
     res, labels = read.resource, read.labels
-    if read.query.resource_type == "gce_instance":
-        number = labels.get("gpu_number", "")
-        return DeviceInfo(
-            device_id=f"{res.get('instance_id', '')}/gpu{number}",
-            environment="gcp",
-            provider="gcp",
-            account=res.get("project_id"),
-            region=_region(res.get("zone", "")) or None,
-            node=read.system.get("name") or None,
-            instance_id=res.get("instance_id"),
-            instance_type=read.system.get("machine_type") or None,
-            gpu_model=labels.get("model"),
-            gpu_index=int(number) if number.isdigit() else None,
-        )
-    accelerator = labels.get("accelerator_id", "")
-    match = _GPU_N.match(accelerator)
-    node = res.get("node_name")
+    number = labels.get("gpu_number", "")
     return DeviceInfo(
-        device_id=f"{node}/gpu{match.group(1)}" if match else f"{node}/{accelerator}",
+        device_id=f"{res.get('instance_id', '')}/gpu{number}",
+        environment="gcp",
+        provider="gcp",
+        account=res.get("project_id"),
+        region=_region(res.get("zone", "")) or None,
+        node=read.system.get("name") or None,
+        instance_id=res.get("instance_id"),
+        instance_type=read.system.get("machine_type") or None,
+        gpu_model=labels.get("model"),
+        gpu_index=int(number) if number.isdigit() else None,
+    )
+
+
+def _gke_device(read: _Read, node: str | None) -> DeviceInfo:
+    res = read.resource
+    return DeviceInfo(
+        device_id=read.labels["accelerator_id"],
         environment="gcp",
         provider="gcp",
         account=res.get("project_id"),
         region=_region(res.get("location", "")) or None,
         cluster=res.get("cluster_name"),
         node=node,
-        gpu_model=labels.get("model"),
-        gpu_index=int(match.group(1)) if match else None,
+        gpu_model=read.labels.get("model"),
     )
 
 
-def _to_batch(reads: list[_Read], start_ms: int, end_ms: int) -> SampleBatch:
-    """Series → one columnar batch: device ids, memory totals, pod attribution, ledger units."""
+def _to_batch(reads: list[_Read], start_ms: int, end_ms: int) -> tuple[SampleBatch, int]:
+    """Series → one columnar batch (device ids, memory totals, pod attribution, ledger units), and
+    how many GKE series were skipped for want of an ``accelerator_id``."""
+    gke = [r for r in reads if r.query.resource_type != "gce_instance"]
+    kept = [r for r in gke if r.labels.get("accelerator_id")]
+    skipped = len(gke) - len(kept)
+    reads = [r for r in reads if r.query.resource_type == "gce_instance"] + kept
+    # The node of each GPU UUID, from the k8s_node series (UUIDs are unique: no ambiguity).
+    node_of = {
+        (r.resource.get("project_id"), r.labels["accelerator_id"]): r.resource.get("node_name")
+        for r in kept
+        if r.query.resource_type == "k8s_node"
+    }
     devices: dict[str, DeviceInfo] = {}
     workloads: dict[str, WorkloadInfo] = {}
-    nodes: dict[tuple[str | None, str | None, str], list[str]] = {}
-    for read in reads:
-        if read.query.resource_type != "k8s_container":
-            info = _device(read)
-            if info.device_id in devices and devices[info.device_id].instance_type is not None:
-                info = devices[info.device_id]  # keep what a grouped (metadata) series told
-            devices[info.device_id] = info
-            if read.query.resource_type == "k8s_node":
-                key = (info.account, info.cluster, read.labels.get("accelerator_id", ""))
-                if info.device_id not in nodes.setdefault(key, []):
-                    nodes[key].append(info.device_id)
     frames: list[pl.DataFrame] = []
     for read in reads:  # one step per series; the points stay columns
         res, query = read.resource, read.query
         workload = ""
+        if query.resource_type == "gce_instance":
+            info = _gce_device(read)
+            if info.device_id in devices and devices[info.device_id].instance_type is not None:
+                info = devices[info.device_id]  # keep what a grouped (metadata) series told
+        else:
+            info = _gke_device(read, node_of.get((res.get("project_id"), read.labels["accelerator_id"])))
         if query.resource_type == "k8s_container":
             ns, pod = res.get("namespace_name", ""), res.get("pod_name", "")
             workload = f"k8s:{ns}/{pod}/{res.get('container_name', '')}"
-            workloads[workload] = WorkloadInfo(workload, namespace=ns, workload=pod)
-            accelerator = read.labels.get("accelerator_id", "")
-            on_node = nodes.get((res.get("project_id"), res.get("cluster_name"), accelerator), [])
-            if len(on_node) == 1:
-                device_id = on_node[0]
-            else:
-                device_id = f"{res.get('cluster_name')}/{ns}/{pod}/{accelerator}"
-                devices.setdefault(
-                    device_id,
-                    DeviceInfo(
-                        device_id=device_id,
-                        environment="gcp",
-                        provider="gcp",
-                        account=res.get("project_id"),
-                        region=_region(res.get("location", "")) or None,
-                        cluster=res.get("cluster_name"),
-                        gpu_model=read.labels.get("model"),
-                    ),
-                )
-        else:
-            device_id = _device(read).device_id
+            workloads[workload] = WorkloadInfo(workload, namespace=ns or None, workload=pod or None)
+        devices[info.device_id] = info
         source = query.key
         if query.state_label is not None:
             source = f"state:{read.labels.get(query.state_label, '')}"
@@ -485,13 +489,13 @@ def _to_batch(reads: list[_Read], start_ms: int, end_ms: int) -> SampleBatch:
                 {"ts_ms": read.ts_ms, "value": read.value},
                 schema={"ts_ms": pl.Int64, "value": pl.Float64},
             ).with_columns(
-                pl.lit(device_id).alias("device_id"),
+                pl.lit(info.device_id).alias("device_id"),
                 pl.lit(source).alias("source_metric"),
                 pl.lit(workload).alias("workload_key"),
             )
         )
     if not frames:
-        return SampleBatch(to_samples(pl.DataFrame(), MAPPING), [])
+        return SampleBatch(to_samples(pl.DataFrame(), MAPPING), []), skipped
     readings = pl.concat(frames, how="vertical").filter(
         pl.col("ts_ms").is_between(start_ms, end_ms, closed="left")
     )
@@ -511,11 +515,12 @@ def _to_batch(reads: list[_Read], start_ms: int, end_ms: int) -> SampleBatch:
     )
     used = set(samples["device_id"].unique().to_list())
     used_wl = set(samples["workload_key"].unique().to_list())
-    return SampleBatch(
+    batch = SampleBatch(
         samples,
         [d for d in devices.values() if d.device_id in used],
         [w for w in workloads.values() if w.workload_key in used_wl],
     )
+    return batch, skipped
 
 
 def _memory(readings: pl.DataFrame) -> pl.DataFrame:

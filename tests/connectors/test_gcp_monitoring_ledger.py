@@ -9,11 +9,11 @@ aligned point is stamped at the END of its minute (as the API does); the connect
   pipe, 0.75, must not be read as tensor), DRAM bandwidth 0.375, 61 °C, memory used/free/reserved
   40/39/1 GiB; energy counter read raw every minute: +42,000 J per minute, reset at 11:30 (the
   counter restarts and reads 21,000 J at 11:30).
-* GKE cluster ``infer-gke`` node ``gke-infer-gke-pool-1-3f2a`` with two L4 GPUs (``nvidia0`` at
-  80 %, ``nvidia1`` at 0 %), memory 6 GiB / 0 of 24 GiB; pod ``serving/infer-a-7d9`` container
-  ``server`` on ``nvidia0`` 10:00–10:44 (duty 80, 6 GiB).
+* GKE cluster ``infer-gke`` node ``gke-infer-gke-pool-1-3f2a`` with two L4 GPUs (``accelerator_id``
+  is the GPU UUID, as the device plugin writes it: L4_0 at 80 %, L4_1 at 0 %), memory 6 GiB / 0 of
+  24 GiB; pod ``serving/infer-a-7d9`` container ``server`` on L4_0 10:00–10:44 (duty 80, 6 GiB).
 * GKE cluster ``batch-gke``: container ``batch/job-1/worker`` on ``GPU-5d1e…`` 11:00–11:29 at
-  100 %, no node series: its device is named after the pod.
+  100 %, no node series: the device is still its UUID, with no node.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ G2, A3 = "7308425519386201977", "4815162342108301234"
 NODE, CLUSTER = "gke-infer-gke-pool-1-3f2a", "infer-gke"
 POD = "k8s:serving/infer-a-7d9/server"
 BATCH_GPU = "GPU-5d1e0c2a-8f3b-4e6d-9a7c-1b2d3e4f5a6b"
-BATCH_DEV, BATCH_WL = f"batch-gke/batch/job-1/{BATCH_GPU}", "k8s:batch/job-1/worker"
+BATCH_DEV, BATCH_WL = BATCH_GPU, "k8s:batch/job-1/worker"
+L4_0, L4_1 = "GPU-0f6e1a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b", "GPU-81d2c3b4-a5f6-4e7d-8c9b-0a1f2e3d4c5b"
 
 
 def _ends(first: int, last: int, skip: range = range(0)) -> list[dt.datetime]:
@@ -84,20 +85,20 @@ def _fleet() -> list:
 
     k8n = "kubernetes.io/node/accelerator/"
     node = {"project_id": PROJECT, "location": "us-central1", "cluster_name": CLUSTER, "node_name": NODE}
-    for acc, duty, used in (("nvidia0", 80, 6 * GIB), ("nvidia1", 0, 0)):
-        gpu = {"make": "nvidia", "model": "nvidia-l4", "accelerator_id": acc}
+    for acc, duty, used in ((L4_0, 80, 6 * GIB), (L4_1, 0, 0)):
+        gpu = {"make": "nvidia", "model": "NVIDIA L4", "accelerator_id": acc}
         for name, value in (("duty_cycle", duty), ("memory_used", used), ("memory_total", 24 * GIB)):
             out.append(series(k8n + name, node, gpu, ends, [value] * 120, resource_type="k8s_node"))
     k8c = "kubernetes.io/container/accelerator/"
     pod = {"project_id": PROJECT, "location": "us-central1", "cluster_name": CLUSTER,
            "namespace_name": "serving", "pod_name": "infer-a-7d9", "container_name": "server"}  # fmt: skip
-    gpu = {"make": "nvidia", "model": "nvidia-l4", "accelerator_id": "nvidia0"}
+    gpu = {"make": "nvidia", "model": "NVIDIA L4", "accelerator_id": L4_0}
     pod_ends = _ends(0, 44)
     for name, value in (("duty_cycle", 80), ("memory_used", 6 * GIB), ("memory_total", 24 * GIB)):
         out.append(series(k8c + name, pod, gpu, pod_ends, [value] * 45, resource_type="k8s_container"))
     batch = {"project_id": PROJECT, "location": "us-central1-c", "cluster_name": "batch-gke",
              "namespace_name": "batch", "pod_name": "job-1", "container_name": "worker"}  # fmt: skip
-    gpu = {"make": "nvidia", "model": "nvidia-tesla-a100", "accelerator_id": BATCH_GPU}
+    gpu = {"make": "nvidia", "model": "NVIDIA A100-SXM4-40GB", "accelerator_id": BATCH_GPU}
     out.append(
         series(k8c + "duty_cycle", batch, gpu, _ends(60, 89), [100] * 30, resource_type="k8s_container")
     )
@@ -129,7 +130,7 @@ def test_every_family_to_exact_ledger_rows(engine: Engine, fake: tuple[FakeMetri
             assert rows[key][column] == value, (key, column, rows[key][column])
 
     g2, a3 = f"{G2}/gpu0", f"{A3}/gpu1"
-    gke0, gke1 = f"{NODE}/gpu0", f"{NODE}/gpu1"
+    gke0, gke1 = L4_0, L4_1
     assert set(rows) == {(g2, 10, ""), (g2, 11, ""), (a3, 10, ""), (a3, 11, ""), (gke0, 10, POD),
                          (gke0, 10, ""), (gke0, 11, ""), (gke1, 10, ""), (gke1, 11, ""),
                          (BATCH_DEV, 11, BATCH_WL)}  # fmt: skip
@@ -167,12 +168,19 @@ def test_every_family_to_exact_ledger_rows(engine: Engine, fake: tuple[FakeMetri
         0,
     )
     assert devices[a3]["instance_type"] is None  # its series carry no system labels
+    # GKE: no index in any label; the node from the node series of the same UUID.
     assert (devices[gke1]["instance_id"], devices[gke1]["region"], devices[gke1]["gpu_index"]) == (
         None,
         "us-central1",
-        1,
+        None,
+    )
+    assert (devices[gke0]["node"], devices[gke0]["gpu_model"], devices[gke0]["cluster"]) == (
+        NODE,
+        "NVIDIA L4",
+        CLUSTER,
     )
     assert (devices[BATCH_DEV]["node"], devices[BATCH_DEV]["region"]) == (None, "us-central1")
+    assert devices[BATCH_DEV]["cluster"] == "batch-gke"
 
     # Gauges are asked for aligned on the minute grid, the counter raw.
     energy = [r for r in service.requests if "energy_consumption" in r.filter]
