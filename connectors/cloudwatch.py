@@ -26,20 +26,16 @@ instance). ``gpu_model`` is ``name``; ``node`` is ``host``. Series without an ``
 (the agent's ``aggregation_dimensions`` roll-ups) are not per-GPU and are skipped.
 
 **Container Insights** (namespace ``ContainerInsights``, EKS with enhanced observability and
-accelerated-compute metrics; ``container_insights = false`` turns it off). Dimension sets as the
-agent's translator declares them (amazon-cloudwatch-agent ``getGPUMetricDeclarations``):
-``node_gpu_*`` with ``{ClusterName, NodeName, InstanceId, InstanceType, GpuDevice}`` are per-GPU
-readings (``node_gpu_utilization`` → ``gpu_util``, ``node_gpu_memory_used``/``_total`` already in
-bytes, ``node_gpu_power_draw`` W, ``node_gpu_temperature`` °C); ``container_gpu_utilization`` with
-``{ClusterName, Namespace, PodName, FullPodName, ContainerName, GpuDevice}`` gives attribution:
-while a container series has a datapoint, the GPU's readings belong to workload
-``k8s:<Namespace>/<PodName>/<ContainerName>`` (several containers on one GPU split it evenly).
-*Assumptions, not verified against a live cluster:* ``GpuDevice`` ends in the GPU's index
-(``nvidia0``); and because container series carry no node dimension, a container is tied to a
-GPU through ``InstanceId``/``NodeName`` when the site adds them, else only when exactly one node
-of that cluster has that ``GpuDevice`` (otherwise its readings stay unattributed). ``pod_gpu_*``
-adds nothing the container series lack and is not read; ``*_memory_utilization`` (% of frame
-buffer) and ``*_tensor_core_utilization`` (scale unverified) are not mapped. Where the agent and
+accelerated-compute metrics; ``container_insights = false`` turns it off): per-GPU ``node_gpu_*``
+readings (device ``<InstanceId>/gpu<n>`` from ``GpuDevice`` ``nvidia<n>``; utilization, tensor
+activity, memory, power, temperature) and ``container_gpu_utilization`` for attribution: while a
+container series has a datapoint, its GPU's readings belong to ``k8s:<Namespace>/<FullPodName>/
+<ContainerName>`` (``PodName`` is the owning workload, kept as the workload's name; several
+containers on one GPU split it evenly). Container series name no node: each is tied to its node
+through the ``ContainerGPU`` events of the performance log group (``performance_logs = false``
+skips them), else only when one GPU of the cluster has its ``GpuDevice``; what cannot be tied is
+counted in ``attribution`` and logged. Sources, versions and rules: :mod:`connectors.cloudwatch_ci`.
+``pod_gpu_*`` adds nothing the container series lack and is not read. Where the agent and
 Container Insights both report a GPU, the agent's readings win.
 
 **Periods and the ledger.** A datapoint of period ``P`` is an average over ``[t, t + P)``
@@ -108,6 +104,18 @@ from connectors.cloud import (
     permission_error,
     to_samples,
 )
+from connectors.cloudwatch_ci import (
+    CONTAINER_COLS,
+    CONTAINER_GPU_TYPE,
+    CONTAINER_METRIC,
+    NODE_METRICS,
+    Attribution,
+    ContainerRef,
+    attach,
+    gpu_number,
+    log_group,
+    placements,
+)
 from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
@@ -136,17 +144,9 @@ AGENT_METRICS: dict[str, MetricSpec] = {
     "nvidia_smi_power_draw": MetricSpec(Metric.POWER_W),
     "nvidia_smi_temperature_gpu": MetricSpec(Metric.TEMP_C),
 }
-NODE_METRICS: dict[str, MetricSpec] = {
-    "node_gpu_utilization": MetricSpec(Metric.GPU_UTIL),
-    "node_gpu_memory_used": MetricSpec(Metric.MEM_USED_B),
-    "node_gpu_memory_total": MetricSpec(Metric.MEM_TOTAL_B),
-    "node_gpu_power_draw": MetricSpec(Metric.POWER_W),
-    "node_gpu_temperature": MetricSpec(Metric.TEMP_C),
-}
-CONTAINER_METRIC = "container_gpu_utilization"
 _MAPPING = {**AGENT_METRICS, **NODE_METRICS}
 _LEDGER_METRIC = {name: spec.metric.value for name, spec in _MAPPING.items()}
-PERMISSIONS = "cloudwatch:GetMetricData, cloudwatch:ListMetrics, ec2:DescribeInstances"
+PERMISSIONS = "cloudwatch:GetMetricData, cloudwatch:ListMetrics, ec2:DescribeInstances, logs:FilterLogEvents"
 
 _THROTTLING = {"Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
                "TooManyRequestsException", "RequestThrottledException", "ServiceUnavailable",
@@ -167,7 +167,9 @@ class CloudWatchConfig(CloudMetricsConfig):
 
     * ``regions``: AWS regions to read (at least one).
     * ``namespace``: the agent's namespace (default ``CWAgent``); ``container_insights``: also
-      read ``container_insights_namespace`` (default ``ContainerInsights``).
+      read ``container_insights_namespace`` (default ``ContainerInsights``); ``performance_logs``:
+      tie container series to nodes through the ``/aws/containerinsights/<cluster>/performance``
+      log events (needs ``logs:FilterLogEvents``; default on).
     * Credentials: the default chain, or ``profile``, or static ``aws_access_key_id`` +
       ``aws_secret_access_key`` (secrets); ``role_arn`` (+ ``external_id``,
       ``role_session_name``) is assumed on top of them through STS.
@@ -182,6 +184,7 @@ class CloudWatchConfig(CloudMetricsConfig):
     namespace: str = "CWAgent"
     container_insights: bool = True
     container_insights_namespace: str = "ContainerInsights"
+    performance_logs: bool = True
     profile: str | None = None
     role_arn: str | None = None
     external_id: str | None = None
@@ -274,12 +277,6 @@ def _ceil(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def _gpu_number(value: str | None) -> int | None:
-    """``"0"`` (agent ``index``) or ``"nvidia0"`` (Container Insights ``GpuDevice``) → 0."""
-    match = re.search(r"(\d+)$", value or "")
-    return int(match.group(1)) if match else None
-
-
 class CloudWatchConnector:
     """CloudWatch agent and Container Insights GPU metrics; see the module docstring."""
 
@@ -303,6 +300,8 @@ class CloudWatchConnector:
         self._assumed: dict[str, tuple[boto3.Session, dt.datetime]] = {}
         self._account: str | None = config.account_id
         self._instance_types: dict[tuple[str, str], str | None] = {}
+        #: how Container Insights container readings were tied to GPUs, or why not (counted)
+        self.attribution = Attribution()
 
     def close(self) -> None:
         """Close every AWS client the connector opened."""
@@ -323,7 +322,8 @@ class CloudWatchConnector:
         devices: dict[str, DeviceInfo] = {}
         for region in self.config.regions:
             for item in self._inventory(region):
-                devices.setdefault(item.device.device_id, item.device)
+                if item.device is not None:
+                    devices.setdefault(item.device.device_id, item.device)
         return list(devices.values())
 
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
@@ -357,16 +357,14 @@ class CloudWatchConnector:
                 listed.append(_Listed(series, device, "", 0))
         if cfg.container_insights:
             ns = cfg.container_insights_namespace
-            nodes: dict[tuple[str, str, int], DeviceInfo] = {}
             for series in self._list(region, ns, NODE_METRICS):
                 device = self._device(series, region, account, "GpuDevice", "NodeName")
                 if device is not None:
                     listed.append(_Listed(series, device, "", 1))
-                    nodes[(device.cluster or "", device.node or "", device.gpu_index or 0)] = device
             for series in self._list(region, ns, {CONTAINER_METRIC: None}):
-                device, key = self._container_device(series, nodes)
-                if device is not None:
-                    listed.append(_Listed(series, device, key, 2))
+                ref = ContainerRef.of(dict(series.dims))
+                if ref is not None:  # else a roll-up, not one container on one GPU
+                    listed.append(_Listed(series, None, ref.workload_key, 2, ref))
         self._fill_instance_types(region, listed)
         return listed
 
@@ -388,7 +386,7 @@ class CloudWatchConnector:
         """The GPU a per-GPU series describes (agent: ``index``/``host``; Container Insights:
         ``GpuDevice``/``NodeName``); None for a roll-up over GPUs, hosts or a cluster."""
         dims = dict(series.dims)
-        index, instance, node = _gpu_number(dims.get(gpu_key)), dims.get("InstanceId"), dims.get(node_key)
+        index, instance, node = gpu_number(dims.get(gpu_key)), dims.get("InstanceId"), dims.get(node_key)
         if index is None or not (instance or node):
             return None
         return DeviceInfo(
@@ -405,30 +403,13 @@ class CloudWatchConnector:
             gpu_index=index,
         )
 
-    def _container_device(
-        self, series: _Series, nodes: dict[tuple[str, str, int], DeviceInfo]
-    ) -> tuple[DeviceInfo | None, str]:
-        dims = dict(series.dims)
-        index = _gpu_number(dims.get("GpuDevice"))
-        names = (dims.get("Namespace"), dims.get("PodName"), dims.get("ContainerName"))
-        if index is None or not all(names):
-            return None, ""  # a roll-up, not one container on one GPU
-        cluster, instance, node = dims.get("ClusterName", ""), dims.get("InstanceId"), dims.get("NodeName")
-        candidates = [
-            d
-            for (c, n, i), d in nodes.items()
-            if c == cluster and i == index and (instance is None or d.instance_id == instance)
-            and (node is None or n == node)
-        ]  # fmt: skip
-        if len(candidates) != 1:
-            log.info("container %s/%s/%s on GpuDevice %s: %d candidate GPUs, left unattributed",
-                     *names, dims.get("GpuDevice"), len(candidates))  # fmt: skip
-            return None, ""
-        return candidates[0], "k8s:{}/{}/{}".format(*names)
-
     def _fill_instance_types(self, region: str, listed: list[_Listed]) -> None:
         missing = sorted(
-            {x.device.instance_id for x in listed if x.device.instance_id and not x.device.instance_type}
+            {
+                x.device.instance_id
+                for x in listed
+                if x.device and x.device.instance_id and not x.device.instance_type
+            }
             - {i for r, i in self._instance_types if r == region}
         )
         if missing:
@@ -447,7 +428,7 @@ class CloudWatchConnector:
                     self._instance_types[(region, instance_id)] = found.get(instance_id)
         for position, item in enumerate(listed):
             device = item.device
-            if device.instance_id and not device.instance_type:
+            if device is not None and device.instance_id and not device.instance_type:
                 known = self._instance_types.get((region, device.instance_id))
                 if known:
                     listed[position] = replace(item, device=replace(device, instance_type=known))
@@ -456,30 +437,27 @@ class CloudWatchConnector:
 
     def _batch(self, region: str, inventory: list[_Listed], lo: int, hi: int, period: int) -> SampleBatch:
         points = self._fetch(region, [x.series for x in inventory], lo, hi, period)
+        numbered = [(i, x, x.device) for i, x in enumerate(inventory) if x.device is not None]
+        gpus = [x for _, x, _ in numbered]
         table = pl.DataFrame(
             {
-                "series": np.arange(len(inventory), dtype=np.int64),
-                "device_id": [x.device.device_id for x in inventory],
-                "source_metric": [x.series.metric for x in inventory],
-                "workload_key": [x.workload_key for x in inventory],
-                "rank": np.asarray([x.rank for x in inventory], dtype=np.int64),
-            }
+                "series": np.asarray([i for i, _, _ in numbered], dtype=np.int64),
+                "device_id": [d.device_id for _, _, d in numbered],
+                "source_metric": [x.series.metric for x in gpus],
+                "rank": np.asarray([x.rank for x in gpus], dtype=np.int64),
+            },
+            schema={"series": pl.Int64, "device_id": pl.String, "source_metric": pl.String, "rank": pl.Int64},
         )
         joined = points.join(table, on="series", how="inner")
         # The agent's reading of a GPU wins over Container Insights' (both may report one GPU).
         ledger_metric = pl.col("source_metric").replace_strict(_LEDGER_METRIC, default=None)
         readings = (
-            joined.filter(pl.col("rank") < 2)
-            .with_columns(ledger_metric.alias("_metric"))
+            joined.with_columns(ledger_metric.alias("_metric"))
             .sort("rank", maintain_order=True)
             .unique(subset=["device_id", "_metric", "ts_ms"], keep="first")
         )
         samples = to_samples(readings.select("device_id", "ts_ms", "source_metric", "value"), _MAPPING)
-        occupancy = (
-            joined.filter((pl.col("rank") == 2) & pl.col("value").is_not_nan())
-            .select("device_id", "ts_ms", "workload_key")
-            .unique()
-        )
+        occupancy = self._occupancy(region, inventory, points, lo, hi, period)
         workloads: list[WorkloadInfo] = []
         if occupancy.height:
             occupancy = occupancy.with_columns((1.0 / pl.len().over("device_id", "ts_ms")).alias("share"))
@@ -489,16 +467,73 @@ class CloudWatchConnector:
                 .with_columns(pl.col("workload_key").fill_null(""), pl.col("share").fill_null(1.0))
                 .select(samples.columns)
             )
-            for key in occupancy["workload_key"].unique().sort().to_list():
-                namespace, pod, _ = key.removeprefix("k8s:").split("/", 2)
-                workloads.append(WorkloadInfo(key, namespace=namespace, workload=pod))
+            keys = set(occupancy["workload_key"].unique().to_list())
+            refs = {x.container.workload_key: x.container for x in inventory if x.container is not None}
+            workloads = [refs[key].workload() for key in sorted(keys)]
         seen = set(samples["device_id"].unique().to_list())
         devices: dict[str, DeviceInfo] = {}
-        for item in sorted(inventory, key=lambda x: x.rank):  # the agent's fields first, gaps filled
+        for item in sorted(gpus, key=lambda x: x.rank):  # the agent's fields first, gaps filled
+            assert item.device is not None
             known = devices.setdefault(item.device.device_id, item.device)
             gaps = {f: getattr(item.device, f) for f in _FILLABLE if getattr(known, f) is None}
             devices[known.device_id] = replace(known, **{f: v for f, v in gaps.items() if v is not None})
         return SampleBatch(samples, [d for k, d in devices.items() if k in seen], workloads)
+
+    def _occupancy(
+        self, region: str, inventory: list[_Listed], points: pl.DataFrame, lo: int, hi: int, period: int
+    ) -> pl.DataFrame:
+        """Container readings with a datapoint, tied to their GPUs: ``device_id``, ``ts_ms``,
+        ``workload_key`` (see :func:`connectors.cloudwatch_ci.attach`)."""
+        refs = [(i, x.container) for i, x in enumerate(inventory) if x.container is not None]
+        empty = pl.DataFrame(schema={"device_id": pl.String, "ts_ms": pl.Int64, "workload_key": pl.String})
+        if not refs:
+            return empty
+        columns: dict[str, list[Any]] = {c: [getattr(r, c) for _, r in refs] for c in CONTAINER_COLS}
+        table = pl.DataFrame(
+            {"series": [i for i, _ in refs], **columns, "gpu_index": [r.gpu_index for _, r in refs],
+             "workload_key": [r.workload_key for _, r in refs]},
+            schema_overrides={"series": pl.Int64, "gpu_index": pl.Int64},
+        )  # fmt: skip
+        readings = (
+            points.filter(pl.col("value").is_not_nan())
+            .join(table, on="series", how="inner")
+            .drop("series", "value")
+            .unique()
+        )
+        if not readings.height:
+            return empty
+        clusters = sorted(set(readings["cluster"].to_list()))
+        found = pl.concat([self._placements(region, c, lo - period, hi + period) for c in clusters])
+        nodes = [x.device for x in inventory if x.device is not None and x.rank == 1]
+        return attach(readings, found, nodes, period * 1000, self.attribution)
+
+    def _placements(self, region: str, cluster: str, lo: int, hi: int) -> pl.DataFrame:
+        """Where ``cluster``'s containers ran over ``[lo, hi)``: its ``ContainerGPU`` performance
+        log events. A missing log group or a refused read leaves none (logged): the join then
+        falls back to the sole-GPU rule."""
+        if not self.config.performance_logs:
+            return placements([], cluster)
+        logs = self._client(region, "logs")
+        group = log_group(cluster)
+        pages = logs.get_paginator("filter_log_events").paginate(
+            logGroupName=group,
+            startTime=lo * 1000,
+            endTime=hi * 1000,
+            filterPattern=f'{{ $.Type = "{CONTAINER_GPU_TYPE}" }}',
+        )
+        try:
+            events = [e for page in pages for e in page.get("events", [])]
+        except ClientError as exc:
+            code = _code(exc)
+            if code == "ResourceNotFoundException" or code in _DENIED:
+                log.warning("%s %s: %s on %s: container series are not joined to nodes through it",
+                            SOURCE, region, code, group)  # fmt: skip
+                self.attribution.log_problems[f"{group}: {code}"] += 1
+                return placements([], cluster)
+            raise self._mapped(exc, "logs:FilterLogEvents") from exc
+        except BotoCoreError as exc:
+            raise self._mapped(exc, "logs:FilterLogEvents") from exc
+        return placements(events, cluster)
 
     def _fetch(self, region: str, series: list[_Series], lo: int, hi: int, period: int) -> pl.DataFrame:
         """Average datapoints of ``series`` at ``period`` over ``[lo, hi)`` (epoch seconds), each
@@ -654,6 +689,7 @@ class _Listed:
     ``rank``: 0 agent, 1 Container Insights node, 2 Container Insights container (attribution)."""
 
     series: _Series
-    device: DeviceInfo
+    device: DeviceInfo | None  # None for a container series: its GPU is found per reading
     workload_key: str
     rank: int
+    container: ContainerRef | None = None

@@ -291,10 +291,12 @@ def test_container_insights_gpus_and_pod_attribution(
 
     * ``node_gpu_*``: GPU 0 util 80 %, GPU 1 util 40 %; both 1e9 B used, 100 W. The CloudWatch agent
       also reports GPU 0's util as 81 %: the agent's reading wins.
-    * ``container_gpu_utilization``: ``ml/train-0/trainer`` on nvidia0 10:00–10:30; ``serve/a-0/vllm``
-      and ``serve/b-0/vllm`` share nvidia1 all hour (½ each).
+    * ``container_gpu_utilization``: ``ml/train-0-7d9f/trainer`` on nvidia0 10:00–10:30;
+      ``serve/a-0-7d9f/vllm`` and ``serve/b-0-7d9f/vllm`` share nvidia1 all hour (½ each). No
+      performance log group exists: the one node is the sole GPU with that device (``sole_gpu``).
     * Cluster ``eks-two`` has two nodes with an nvidia0 each: its container series cannot be tied
       to one GPU, so those GPUs' time stays unattributed. Roll-ups (``{ClusterName}``) are skipped.
+      (Keys use ``FullPodName``; ``PodName`` is the workload.)
     """
     h10 = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
     cloudwatch = aws_client("cloudwatch")
@@ -335,11 +337,11 @@ def test_container_insights_gpus_and_pod_attribution(
         batches = list(connector.collect(h10, h10 + H))
         ingest_window(engine, "aws", connector, h10, h10 + H)
     workloads = {w.workload_key: w for b in batches for w in b.workloads}
-    assert sorted(workloads) == ["k8s:ml/train-0/trainer", "k8s:serve/a-0/vllm", "k8s:serve/b-0/vllm"]
-    assert (workloads["k8s:serve/a-0/vllm"].namespace, workloads["k8s:serve/a-0/vllm"].workload) == (
-        "serve",
-        "a-0",
-    )
+    trainer, a0, b0 = "k8s:ml/train-0-7d9f/trainer", "k8s:serve/a-0-7d9f/vllm", "k8s:serve/b-0-7d9f/vllm"
+    assert sorted(workloads) == [trainer, a0, b0]
+    assert (workloads[a0].namespace, workloads[a0].workload) == ("serve", "a-0")
+    assert connector.attribution.unjoined == {"ambiguous": 60 * 2}  # collect + ingest each read it
+    assert connector.attribution.joined == {"sole_gpu": (30 + 60 + 60) * 2}
 
     with engine.connect() as conn:
         rows = {
@@ -348,20 +350,20 @@ def test_container_insights_gpus_and_pod_attribution(
         }
     assert sorted(rows) == [
         ("i-0c1/gpu0", ""),
-        ("i-0c1/gpu0", "k8s:ml/train-0/trainer"),
-        ("i-0c1/gpu1", "k8s:serve/a-0/vllm"),
-        ("i-0c1/gpu1", "k8s:serve/b-0/vllm"),
+        ("i-0c1/gpu0", trainer),
+        ("i-0c1/gpu1", a0),
+        ("i-0c1/gpu1", b0),
         ("i-0d1/gpu0", ""),
         ("i-0d2/gpu0", ""),
     ]
     # GPU 0: the agent's 81 %, half an hour for train-0 and half unattributed
-    assert rows[("i-0c1/gpu0", "k8s:ml/train-0/trainer")]["observed_s"] == 1800.0
-    assert rows[("i-0c1/gpu0", "k8s:ml/train-0/trainer")]["busy_s_gpu_util"] == pytest.approx(1458.0)
+    assert rows[("i-0c1/gpu0", trainer)]["observed_s"] == 1800.0
+    assert rows[("i-0c1/gpu0", trainer)]["busy_s_gpu_util"] == pytest.approx(1458.0)
     assert rows[("i-0c1/gpu0", "")]["busy_s_gpu_util"] == pytest.approx(1458.0)
     assert rows[("i-0c1/gpu0", "")]["power_avg_w"] == pytest.approx(100.0)
     assert rows[("i-0c1/gpu0", "")]["mem_used_max_b"] == 1e9
     # GPU 1 split evenly: 40 % × 3,600 s × ½ each
-    for key in ("k8s:serve/a-0/vllm", "k8s:serve/b-0/vllm"):
+    for key in (a0, b0):
         assert rows[("i-0c1/gpu1", key)]["observed_s"] == 1800.0
         assert rows[("i-0c1/gpu1", key)]["busy_s_gpu_util"] == pytest.approx(720.0)
     assert rows[("i-0d1/gpu0", "")]["observed_s"] == 3600.0
