@@ -1,35 +1,72 @@
 """dcgm-exporter series → GPU Ledger samples: the mapping shared by ``prometheus`` and ``dcgm_scrape``.
 
-FORMATS.md §1 has the exporter's fields, units and labels. What this module decides:
+FORMATS.md §1 has the exporter's fields, units and labels. Each rule below was checked against
+dcgm-exporter's own source (github.com/NVIDIA/dcgm-exporter at d5e5f51, "Rename Hostname label to
+hostname (#655)", and its Helm chart ``deployment/``) and the exporter issues named. What this
+module decides:
 
 * **Fields and units.** ``DCGM_FI_DEV_GPU_UTIL`` (%) → ``gpu_util``; ``DCGM_FI_PROF_SM_ACTIVE``,
   ``_PIPE_TENSOR_ACTIVE``, ``_DRAM_ACTIVE`` (ratios 0–1, ×100) → ``sm_active``, ``tensor_active``,
   ``mem_bw``; ``DCGM_FI_DEV_FB_USED`` (MiB) → ``mem_used_b``, and ``FB_USED + FB_FREE (+ FB_RESERVED)``
-  → ``mem_total_b`` (bytes) where used and free come at the same time; ``DCGM_FI_DEV_POWER_USAGE`` (W)
-  → ``power_w``; ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (counter, mJ) → ``energy_j`` (J);
-  ``DCGM_FI_DEV_GPU_TEMP`` → ``temp_c``. Other fields are ignored.
+  of the *device* → ``mem_total_b`` (bytes) where used and free come at the same time;
+  ``DCGM_FI_DEV_POWER_USAGE`` (W) → ``power_w``; ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (counter,
+  mJ) → ``energy_j`` (J); ``DCGM_FI_DEV_GPU_TEMP`` → ``temp_c``. Other fields are ignored. Names
+  are matched case-insensitively: some pipelines lower-case them (``dcgm_fi_prof_gr_engine_active``,
+  exporter issue #272).
 * **Devices.** A GPU is its ``UUID`` (``uuid`` with ``--use-old-namespace``). A series with
   ``GPU_I_ID`` is a MIG instance: its id is a real MIG UUID label where one exists
   (``dra_mig_device_uuid``), else ``MIG-<parent UUID>-<GI id>``; ``parent_device_id`` is the GPU's
   UUID, ``mig_profile`` is ``GPU_I_PROFILE`` and ``gpu_fraction`` its compute slices (the profile's
   leading ``Ng``) over the GPU's slices (7; 4 on an A30).
-* **MIG.** ``DCGM_FI_DEV_GPU_UTIL`` is not supported for MIG instances (it reads 0), so an
-  instance's ``gpu_util`` is ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` ×100; on a full GPU GR_ENGINE is
-  ignored (GPU_UTIL is the one nvidia-smi users know). A GPU is in MIG mode at the times any of its
-  instances reports; then it is **not a device** of the ledger: its device-level series (no
-  ``GPU_I_*``) only feed its instances — power and energy
-  **split by gpu_fraction** (a ``3g`` instance of a 700 W GPU draws 300 W), temperature as is — at
-  the times the instance itself reports, with the instance's workload. The share of slices no
-  instance holds is attributed to no device (an unpartitioned part of a GPU runs nothing). The
-  parent's own utilization and memory series are dropped.
-* **Node.** The first non-empty of ``node_labels`` (default ``node``, ``kubernetes_node``,
-  ``Hostname``), or a configured node. The lowercase ``hostname`` of newer exporters (PR #655) is
-  the exporter *pod* under Kubernetes, so it is not a node by default; the old ``Hostname`` is the
-  host on bare metal (also the pod under Kubernetes: relabel the node into ``node`` there).
-* **Workload.** ``namespace``/``pod``/``container`` (or the old ``pod_namespace``/``pod_name``/
-  ``container_name``) → ``k8s:<ns>/<pod>/<container>`` with namespace and workload = pod;
-  ``hpc_job`` → ``hpc:<job>``; project/team/user from ``label_project``/``label_team``/
-  ``label_user`` where a recording rule joined pod labels in, else none. No labels: ``''``.
+* **MIG (flex mode, the exporter's default ``-d f``).** On a MIG-enabled GPU the exporter watches
+  only the GPU instances: there is no series without ``GPU_I_*`` for that GPU, and every
+  *device-level* field appears once per instance carrying the whole GPU's value (issue #317:
+  ``DCGM_FI_DEV_POWER_USAGE{…GPU_I_ID="3"} 52.636`` and the same on ``GPU_I_ID="4"``).
+  Device-level fields are the ones DCGM keeps per physical GPU, which a GPU instance entity
+  reads through from its GPU: of the fields mapped here ``POWER_USAGE``,
+  ``TOTAL_ENERGY_CONSUMPTION`` and ``GPU_TEMP`` (also the clocks, which all instances share, #50),
+  plus ``GPU_UTIL``, which DCGM does not support for instances (it reads 0, #216). The
+  instance-level fields are the profiling ones (``DCGM_FI_PROF_*``, measured per GPU instance)
+  and the frame buffer (``FB_USED``/``FREE``/``RESERVED``, per MIG device since DCGM 3.1.3). So a
+  MIG-mode GPU's device-level value at a time is read **once**: from the GPU's own series when
+  one reports then (``-d g`` or ``-d a`` add it), else the largest of its instances' readings
+  (one field read at slightly different moments: #317 shows 52.636 and 52.746 on one GPU), and
+  then **split by gpu_fraction** for power and energy (a ``3g`` instance of a 700 W GPU draws
+  300 W), temperature as is — at the times the instance itself reports, with its workload. The
+  share of slices no instance holds (an A30 with two 1g of 4 slices: half) is attributed to no
+  device: an unpartitioned part of a GPU runs nothing. An instance's ``gpu_util`` is
+  ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` ×100; on a full GPU GR_ENGINE is ignored (GPU_UTIL is the one
+  nvidia-smi users know). A GPU is in MIG mode at the times any of its instances reports; then
+  it is not a device of the ledger itself, and its own utilization and memory series are dropped.
+* **Node.** The first non-empty of ``node_labels``: default ``node``, ``kubernetes_node`` (what a
+  scrape config relabels from ``__meta_kubernetes_pod_node_name``: the node for sure), then
+  ``NODE_NAME``, ``hostname`` (since #655) and ``Hostname`` (before). The exporter fills its
+  hostname label from the ``NODE_NAME`` environment variable when set (``internal/pkg/hostname``,
+  since #129) and the chart and the GPU Operator set it from ``spec.nodeName``: the node. Older
+  exporters, or a deployment without ``NODE_NAME``, write the container's hostname — the exporter
+  *pod* under Kubernetes — so a value that names the exporter's pod (``exporter_pod_pattern``) is
+  never taken for a node. A configured ``node`` (the node agent) wins over all labels.
+* **Workload.** ``pod_labels`` lists (namespace, pod, container) label triples, first pod found
+  wins; by default ``exported_namespace``/``exported_pod``/``exported_container`` (what Prometheus
+  makes of the exporter's labels with the chart's default ``serviceMonitor.honorLabels: false``,
+  exporter issue #85), then ``namespace``/``pod``/``container``, then the old
+  ``pod_namespace``/``pod_name``/``container_name``. Prometheus also attaches its scrape target's
+  own ``pod``/``namespace`` (the exporter's) to every series, so a pod is never a workload when it
+  is the scrape target's: a pod that a series carries beside a preferred triple's pod (then it is
+  the target label), or one matching ``exporter_pod_pattern`` (default: names containing
+  ``dcgm-exporter``; the idle GPUs of a node carry only that). → ``k8s:<ns>/<pod>/<container>``
+  with namespace and workload = pod; ``hpc_job`` → ``hpc:<job>``; project/team/user from
+  ``label_project``/``label_team``/``label_user`` where a recording rule joined pod labels in.
+  No workload: ``''`` (unallocated).
+* **Time-shared GPUs** (``--kubernetes-virtual-gpus``, PR #594, ``transformation/kubernetes.go``):
+  the exporter writes each field once per pod sharing a GPU (the device's value, pod labels and
+  ``vgpu``) and, for ``GPU_UTIL`` and ``FB_USED``, keeps the device-level line (no pod labels)
+  beside per-pod lines holding each pod's processes' SM utilization and memory. So at a reading
+  where any series of a device names a workload, the line without one is the device, not an
+  unallocated user: the device's value of every field (the line without pod where there is one,
+  else the pods' copies) is given to each pod with ``share`` = the pod's ``GPU_UTIL`` over the
+  pods' sum (evenly where that is 0 or the pods' lines are copies). A pod's ``mem_used_b`` is its
+  own ``FB_USED``; ``mem_total_b`` is always the device's used + free (+ reserved).
 
 The work is columnar: one Python step per *series* collects its labels; the samples of all
 series are concatenated as arrays and mapped with Polars.
@@ -39,7 +76,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -66,11 +103,26 @@ FIELDS: dict[str, tuple[str, float]] = {
 }
 _DIRECT = ["gpu_util", "sm_active", "tensor_active", "mem_bw", "power_w", "energy_j", "temp_c"]
 _FB = ["fb_used", "fb_free", "fb_reserved"]
-_FROM_PARENT = ["power_w", "energy_j", "temp_c"]
+#: DCGM keeps these per physical GPU: a MIG instance's series repeats the whole GPU's value
+DEVICE_LEVEL = ["power_w", "energy_j", "temp_c"]
 _SPLIT = ["power_w", "energy_j"]  # additive: a MIG instance gets its fraction
-DEFAULT_NODE_LABELS = ("node", "kubernetes_node", "Hostname")
+_INSTANCE = ["sm_active", "tensor_active", "mem_bw", "gr_engine", *_FB]  # per GPU instance
+DEFAULT_NODE_LABELS = ("node", "kubernetes_node", "NODE_NAME", "hostname", "Hostname")
+#: (namespace, pod, container) label triples, first pod found wins
+DEFAULT_POD_LABELS: tuple[tuple[str, str, str], ...] = (
+    ("exported_namespace", "exported_pod", "exported_container"),
+    ("namespace", "pod", "container"),
+    ("pod_namespace", "pod_name", "container_name"),
+)
+DEFAULT_EXPORTER_POD_PATTERN = r"dcgm-exporter"
 _MIG_UUID_LABELS = ("dra_mig_device_uuid",)
 _SLICES = re.compile(r"^(\d+)g\.")
+
+
+def field_key(name: str) -> str | None:
+    """The exporter field a metric name is, whatever its case (#272): ``FIELDS`` key or None."""
+    upper = name.upper()
+    return upper if upper in FIELDS else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +137,23 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class Stamp:
-    """What the source's configuration adds to every device."""
+    """What the source's configuration adds to every device, and how its labels are read."""
 
     environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"
     region: str | None = None
     cluster: str | None = None
     node: str | None = None  # overrides node_labels (the node agent knows where it runs)
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
+    pod_labels: tuple[tuple[str, str, str], ...] = DEFAULT_POD_LABELS
+    exporter_pod_pattern: str = DEFAULT_EXPORTER_POD_PATTERN
+    _exporter: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pattern = self.exporter_pod_pattern or r"(?!)"  # '' matches nothing
+        object.__setattr__(self, "_exporter", re.compile(pattern))
+
+    def is_exporter_pod(self, name: str) -> bool:
+        return self._exporter.search(name) is not None
 
 
 def mig_fraction(profile: str | None, model: str | None) -> float:
@@ -111,9 +173,29 @@ def _label(labels: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
-def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
+def target_pods(series: Iterable[Mapping[str, str]], stamp: Stamp) -> set[str]:
+    """Pods that are a scrape target's own label: the pods of a later ``pod_labels`` triple on a
+    series that also has an earlier one (``pod`` beside ``exported_pod``)."""
+    found: set[str] = set()
+    for labels in series:
+        pods = [labels.get(pod) for _, pod, _ in stamp.pod_labels]
+        named = [p for p in pods if p]
+        if len(named) > 1:
+            found.update(named[1:])
+    return found
+
+
+def workload_of(
+    labels: Mapping[str, str], stamp: Stamp | None = None, targets: frozenset[str] | set[str] = frozenset()
+) -> WorkloadInfo | None:
     """The pod (or HPC job) a series names, or None when nothing occupies the device."""
-    pod = _label(labels, "pod", "pod_name")
+    stamp = stamp or _DEFAULT_STAMP
+    pod = ns = container = None
+    for ns_label, pod_label, container_label in stamp.pod_labels:
+        value = labels.get(pod_label)
+        if value and value not in targets and not stamp.is_exporter_pod(value):
+            pod, ns, container = value, labels.get(ns_label) or None, labels.get(container_label) or ""
+            break
     job = _label(labels, "hpc_job")
     if not pod and not job:
         return None
@@ -123,10 +205,19 @@ def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
         "user_name": _label(labels, "label_user"),
     }
     if pod:
-        ns = _label(labels, "namespace", "pod_namespace")
-        container = _label(labels, "container", "container_name") or ""
         return WorkloadInfo(f"k8s:{ns or ''}/{pod}/{container}", namespace=ns, workload=pod, **extra)
     return WorkloadInfo(f"hpc:{job}", workload=job, **extra)
+
+
+def node_of(labels: Mapping[str, str], stamp: Stamp) -> str | None:
+    """The configured node, else the first ``node_labels`` value that is not the exporter's pod."""
+    if stamp.node:
+        return stamp.node
+    for name in stamp.node_labels:
+        value = labels.get(name)
+        if value and not stamp.is_exporter_pod(value):
+            return value
+    return None
 
 
 def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
@@ -139,7 +230,7 @@ def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
         environment=stamp.environment,
         region=stamp.region,
         cluster=stamp.cluster or _label(labels, "cluster"),
-        node=stamp.node or _label(labels, *stamp.node_labels),
+        node=node_of(labels, stamp),
         gpu_model=model,
         gpu_index=int(gpu) if gpu.isdigit() else None,
     )
@@ -154,21 +245,27 @@ def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
     )
 
 
+_DEFAULT_STAMP = Stamp()
+
+
 def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     """Map exporter series to one columnar batch (see the module docstring for every rule)."""
+    listed = list(series)
+    targets = target_pods((s.labels for s in listed), stamp)
     meta: list[tuple[int, str, float, str, str, bool, float, str]] = []
     ts_parts: list[np.ndarray] = []
     value_parts: list[np.ndarray] = []
     devices: dict[str, DeviceInfo] = {}
     workloads: dict[str, WorkloadInfo] = {}
-    for s in series:  # one step per series; samples stay in arrays
-        spec = FIELDS.get(s.field)
+    for s in listed:  # one step per series; samples stay in arrays
+        name = field_key(s.field)
         uuid = _label(s.labels, "UUID", "uuid")
-        if spec is None or uuid is None or len(s.ts_ms) == 0:
+        if name is None or uuid is None or len(s.ts_ms) == 0:
             continue
+        spec = FIELDS[name]
         info = _device(s.labels, uuid, stamp)
         devices[info.device_id] = info
-        work = workload_of(s.labels)
+        work = workload_of(s.labels, stamp, targets)
         if work is not None:
             workloads[work.workload_key] = work
         mig = info.parent_device_id is not None
@@ -199,43 +296,106 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     full = gpu.join(mig_times, on=["parent", "ts_ms"], how="anti")
     parent = gpu.join(mig_times, on=["parent", "ts_ms"], how="semi")
     key_col = pl.col("key")
-    parts = [
-        full.filter(key_col.is_in(_DIRECT)).with_columns(key_col.alias("metric")),
-        instance.filter(key_col.is_in([*_DIRECT, "gr_engine"]) & (key_col != "gpu_util")).with_columns(
-            key_col.replace("gr_engine", "gpu_util").alias("metric")
-        ),
-        _memory(pl.concat([full, instance]).filter(key_col.is_in(_FB))),
-        _from_parent(parent, instance),
-    ]
-    columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items() if c != "share"]
-    samples = pl.concat([p.select(*columns, pl.lit(1.0).alias("share")) for p in parts])
+    cols = ["device_id", "ts_ms", "key", "value", "workload_key"]
+    rows = pl.concat(
+        [
+            full.filter(key_col.is_in([*_DIRECT, *_FB])).select(cols),
+            instance.filter(key_col.is_in(_INSTANCE))
+            .with_columns(key_col.replace("gr_engine", "gpu_util"))
+            .select(cols),
+            _device_level(parent, instance).select(cols),
+        ]
+    )
+    samples = _attributed(rows).sort("device_id", "ts_ms", "metric", "workload_key")
     used = set(samples["device_id"].unique().to_list())  # a GPU only ever in MIG mode is no device
     kept = [info for device_id, info in devices.items() if device_id in used]
     return SampleBatch(samples, kept, list(workloads.values()))
 
 
-def _memory(fb: pl.DataFrame) -> pl.DataFrame:
-    """FB used/free/reserved (bytes) at one reading → ``mem_used_b`` and ``mem_total_b``."""
-    of = {k: pl.col("value").filter(pl.col("key") == k).max() for k in _FB}
-    wide = fb.group_by("device_id", "ts_ms", "workload_key").agg(
-        of["fb_used"].alias("mem_used_b"),
-        (of["fb_used"] + of["fb_free"] + of["fb_reserved"].fill_null(0.0)).alias("mem_total_b"),
+def _device_level(parent: pl.DataFrame, instance: pl.DataFrame) -> pl.DataFrame:
+    """A MIG-mode GPU's power, energy and temperature, read once per GPU and time — its own series
+    where it has one then, else the largest of its instances' copies — and carried to each
+    instance reporting then (power and energy by gpu_fraction)."""
+    pooled = pl.concat(
+        [
+            parent.filter(pl.col("key").is_in(DEVICE_LEVEL)).select(
+                "parent", "ts_ms", "key", "value", pl.lit(0).alias("src")
+            ),
+            instance.filter(pl.col("key").is_in(DEVICE_LEVEL)).select(
+                "parent", "ts_ms", "key", "value", pl.lit(1).alias("src")
+            ),
+        ]
     )
-    return wide.unpivot(
-        on=["mem_used_b", "mem_total_b"],
-        index=["device_id", "ts_ms", "workload_key"],
-        variable_name="metric",
-        value_name="value",
-    ).filter(pl.col("value").is_not_null())
-
-
-def _from_parent(parent: pl.DataFrame, instance: pl.DataFrame) -> pl.DataFrame:
-    """A MIG-mode GPU's power, energy and temperature, carried to each instance reporting then."""
+    once = (
+        pooled.filter(pl.col("src") == pl.col("src").min().over("parent", "ts_ms", "key"))
+        .group_by("parent", "ts_ms", "key")
+        .agg(pl.col("value").max())
+    )
     readings = instance.select("device_id", "parent", "ts_ms", "workload_key", "fraction").unique()
     scaled = pl.when(pl.col("key").is_in(_SPLIT)).then(pl.col("value") * pl.col("fraction"))
-    return (
-        parent.filter(pl.col("key").is_in(_FROM_PARENT))
-        .select("parent", "ts_ms", "key", "value")
-        .join(readings, on=["parent", "ts_ms"], how="inner")
-        .with_columns(scaled.otherwise(pl.col("value")).alias("value"), pl.col("key").alias("metric"))
+    return once.join(readings, on=["parent", "ts_ms"], how="inner").with_columns(
+        scaled.otherwise(pl.col("value")).alias("value")
     )
+
+
+def _attributed(rows: pl.DataFrame) -> pl.DataFrame:
+    """Readings per (device, ts) → samples with workload and share (time-shared GPUs, memory).
+
+    At a reading where a series names a workload, the lines without one are the device's own
+    (``--kubernetes-virtual-gpus``): every metric gets the device's value (that line, else the
+    pods' copies) once per pod, split by ``share``; a pod's memory used is its own."""
+    at = ["device_id", "ts_ms"]
+    wl = pl.col("workload_key")
+    device = rows.group_by(*at, "key").agg(
+        pl.coalesce(pl.col("value").filter(wl == "").max(), pl.col("value").max()).alias("value")
+    )
+    pods = rows.filter(wl != "").select(*at, "workload_key").unique()
+    idle = (
+        rows.select(at).unique().join(pods, on=at, how="anti").with_columns(pl.lit("").alias("workload_key"))
+    )
+    util = (
+        rows.filter((wl != "") & (pl.col("key") == "gpu_util"))
+        .group_by(*at, "workload_key")
+        .agg(pl.col("value").max().alias("u"))
+    )
+    total = pl.col("u").sum().over(at)
+    shared = (
+        pods.join(util, on=[*at, "workload_key"], how="left")
+        .with_columns(pl.col("u").fill_null(0.0).clip(lower_bound=0.0))
+        .with_columns(
+            pl.when(total > 0).then(pl.col("u") / total).otherwise(1.0 / pl.len().over(at)).alias("share")
+        )
+        .drop("u")
+    )
+    owners = pl.concat([shared, idle.with_columns(pl.lit(1.0).alias("share"))])
+    own_fb = (
+        rows.filter((wl != "") & (pl.col("key") == "fb_used"))
+        .group_by(*at, "workload_key")
+        .agg(pl.col("value").max().alias("own"))
+    )
+    gauges = (
+        device.filter(pl.col("key").is_in(_DIRECT))
+        .join(owners, on=at)
+        .select(*at, "workload_key", pl.col("key").alias("metric"), "value", "share")
+    )
+    of = {k: pl.col("value").filter(pl.col("key") == k).max() for k in _FB}
+    memory = (
+        device.filter(pl.col("key").is_in(_FB))
+        .group_by(at)
+        .agg(
+            of["fb_used"].alias("used"),
+            (of["fb_used"] + of["fb_free"] + of["fb_reserved"].fill_null(0.0)).alias("mem_total_b"),
+        )
+        .join(owners, on=at)
+        .join(own_fb, on=[*at, "workload_key"], how="left")
+        .with_columns(pl.coalesce("own", "used").alias("mem_used_b"))
+        .unpivot(
+            on=["mem_used_b", "mem_total_b"],
+            index=[*at, "workload_key", "share"],
+            variable_name="metric",
+            value_name="value",
+        )
+        .filter(pl.col("value").is_not_null())
+    )
+    columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()]
+    return pl.concat([gauges.select(columns), memory.select(columns)])

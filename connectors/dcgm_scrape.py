@@ -24,7 +24,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from connectors.dcgm import FIELDS, Series, Stamp, to_batch
+from connectors.dcgm import Series, Stamp, field_key, to_batch
 from connectors.prometheus import HttpSourceConfig, build_client, request_with_retries
 from connectors.sdk import ConnectorConfig, DeviceInfo, SampleBatch, Sampling, to_ms
 
@@ -48,14 +48,15 @@ def parse_metrics(text: str, ts_ms: int, stamp: Stamp) -> SampleBatch:
     """A ``/metrics`` page as samples at ``ts_ms`` (a sample's own timestamp wins where it has one)."""
     series: list[Series] = []
     for family in text_string_to_metric_families(text):
-        if family.name not in FIELDS:
+        name = field_key(family.name)  # any case: some pipelines lower-case names (#272)
+        if name is None:
             continue
         for sample in family.samples:  # one per GPU or MIG instance
             if sample.name.endswith("_created"):
                 continue
             at = ts_ms if sample.timestamp is None else round(float(sample.timestamp) * 1000)
             series.append(
-                Series(family.name, sample.labels, np.array([at], np.int64), np.array([sample.value], float))
+                Series(name, sample.labels, np.array([at], np.int64), np.array([sample.value], float))
             )
     return to_batch(series, stamp)
 
