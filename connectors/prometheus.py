@@ -27,7 +27,15 @@ import httpx
 import numpy as np
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.dcgm import DEFAULT_NODE_LABELS, FIELDS, Series, Stamp, to_batch
+from connectors.dcgm import (
+    DEFAULT_EXPORTER_POD_PATTERN,
+    DEFAULT_NODE_LABELS,
+    DEFAULT_POD_LABELS,
+    FIELDS,
+    Series,
+    Stamp,
+    to_batch,
+)
 from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
@@ -59,7 +67,24 @@ class HttpSourceConfig(ConnectorConfig):
     * ``presence_gap_s``: a silence up to this long keeps a GPU present but unobserved (seconds).
     * ``environment`` (default ``onprem``), ``region``, ``cluster``: stamped on every device
       (``cluster`` defaults to a series' ``cluster`` label); ``node_labels``: labels naming the node,
-      first non-empty wins (see :mod:`connectors.dcgm` on ``Hostname`` vs ``hostname``).
+      first non-empty wins; default ``node``, ``kubernetes_node`` (relabeled from
+      ``__meta_kubernetes_pod_node_name``), ``NODE_NAME``, ``hostname`` (exporter ≥ #655) and
+      ``Hostname`` (before): the exporter fills its hostname label from ``NODE_NAME``, which the
+      chart and the GPU Operator set from ``spec.nodeName`` (see :mod:`connectors.dcgm`).
+    * ``pod_labels``: (namespace, pod, container) label-name triples naming a GPU's workload, the
+      first triple whose pod label is set wins. Default: ``exported_namespace``/``exported_pod``/
+      ``exported_container`` (Prometheus' names for the exporter's labels under the chart's
+      default ``serviceMonitor.honorLabels: false``), then ``namespace``/``pod``/``container``
+      (``honorLabels: true``, or a direct scrape), then ``pod_namespace``/``pod_name``/
+      ``container_name`` (``--use-old-namespace``). A site that relabels the exporter's labels
+      elsewhere lists its own, e.g. ``pod_labels = [["k8s_ns", "k8s_pod", "k8s_container"]]``.
+      A pod that a series carries beside an earlier triple's pod is the scrape target's own label,
+      never a workload.
+    * ``exporter_pod_pattern``: a regular expression (searched) for the exporter's own pod name,
+      which Prometheus attaches as ``pod`` to every series, idle GPUs included; such a pod is never
+      a workload nor a node (old exporters wrote it as ``Hostname``). Default ``dcgm-exporter``
+      (the GPU Operator's ``nvidia-dcgm-exporter-…``, the chart's ``dcgm-exporter-…``); ``""``
+      turns it off.
     """
 
     url: str
@@ -76,6 +101,8 @@ class HttpSourceConfig(ConnectorConfig):
     region: str | None = None
     cluster: str | None = None
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
+    pod_labels: tuple[tuple[str, str, str], ...] = DEFAULT_POD_LABELS
+    exporter_pod_pattern: str = DEFAULT_EXPORTER_POD_PATTERN
 
     @field_validator("url")
     @classmethod
@@ -83,6 +110,15 @@ class HttpSourceConfig(ConnectorConfig):
         if not re.match(r"^https?://[^/\s]+", url):
             raise ValueError("must be an http:// or https:// URL")
         return url.rstrip("/")
+
+    @field_validator("exporter_pod_pattern")
+    @classmethod
+    def _regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern
 
     @model_validator(mode="after")
     def _one_auth(self) -> HttpSourceConfig:
@@ -93,7 +129,15 @@ class HttpSourceConfig(ConnectorConfig):
         return self
 
     def stamp(self, node: str | None = None) -> Stamp:
-        return Stamp(self.environment, self.region, self.cluster, node, self.node_labels)
+        return Stamp(
+            self.environment,
+            self.region,
+            self.cluster,
+            node,
+            self.node_labels,
+            self.pod_labels,
+            self.exporter_pod_pattern,
+        )
 
     def auth(self) -> httpx.Auth | None:
         if self.username is not None and self.password is not None:
@@ -212,6 +256,8 @@ class PrometheusConnector:
         self._clock, self._sleep = clock, sleep
         self._step_ms = round(config.step_s * 1000)
         self._stamp = config.stamp()
+        #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
+        self.missing_data_hint: str | None = None
 
     def close(self) -> None:
         """Close the HTTP client the connector made itself (an injected one is the caller's)."""
@@ -231,23 +277,49 @@ class PrometheusConnector:
         return devices_in(self.collect(start, end))
 
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
-        """Readings on the step grid with ``start <= ts < end``, one batch per chunk (≤ 1 day)."""
+        """Readings on the step grid with ``start <= ts < end``, one batch per chunk (≤ 1 day).
+
+        Each field is asked for by its exporter name; a chunk where no name matched is asked again
+        with the names matched case-insensitively (``dcgm_fi_dev_gpu_util``, exporter issue #272).
+        When nothing matched either, ``missing_data_hint`` says what to check."""
         step = self._step_ms
         first, last = -(-to_ms(start) // step) * step, (to_ms(end) - 1) // step * step
         per_chunk = min(DAY_MS // step, MAX_POINTS)
         chunk_first = first
+        self.missing_data_hint = None
         while chunk_first <= last:
             chunk_last = min(last, chunk_first + (per_chunk - 1) * step)
             series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last)]
+            if not series:
+                series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last, True)]
+            if not series:
+                self.missing_data_hint = self._hint(chunk_first, chunk_last)
             batch = to_batch(series, self._stamp)
             if batch.samples.height:
                 yield batch
             chunk_first = chunk_last + step
 
-    def _query(self, field: str, first_ms: int, last_ms: int) -> list[Series]:
-        selector = f"{{{self.config.label_selector}}}" if self.config.label_selector else ""
+    def _hint(self, first_ms: int, last_ms: int) -> str:
+        where = f"{{{self.config.label_selector}}}" if self.config.label_selector else "any labels"
+        span = f"{dt.datetime.fromtimestamp(first_ms / 1000, dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+        return (
+            f"no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_*, … in any case) with "
+            f"{where} from {span} for {(last_ms - first_ms) / 3_600_000 + self._step_ms / 3_600_000:g} h "
+            f"at {self.config.url}: check that Prometheus scrapes dcgm-exporter there "
+            f'(`count by (job) ({{__name__=~"DCGM_FI_.*"}})`), that label_selector matches its '
+            "series, and that the window is within the server's retention"
+        )
+
+    def _query(self, field: str, first_ms: int, last_ms: int, any_case: bool = False) -> list[Series]:
+        matchers = [self.config.label_selector] if self.config.label_selector else []
+        if any_case:  # Prometheus anchors the regex; (?i) is RE2's case-insensitive flag
+            selector = "{" + ", ".join([f'__name__=~"(?i){field}"', *matchers]) + "}"
+            metric = ""
+        else:
+            selector = f"{{{matchers[0]}}}" if matchers else ""
+            metric = field
         params = {
-            "query": f"last_over_time({field}{selector}[{self._step_ms}ms])",
+            "query": f"last_over_time({metric}{selector}[{self._step_ms}ms])",
             "start": f"{first_ms / 1000:.3f}",
             "end": f"{last_ms / 1000:.3f}",
             "step": f"{self._step_ms / 1000:.3f}",

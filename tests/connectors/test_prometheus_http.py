@@ -97,8 +97,9 @@ def test_basic_auth_and_bearer_token_are_sent() -> None:
             _collect(connector)
     auth = [headers["authorization"] for _, headers in stub.requests]
     basic = "Basic " + base64.b64encode(b"ledger:s3cret").decode()
-    assert set(auth[: len(FIELDS)]) == {basic}
-    assert set(auth[len(FIELDS) :]) == {"Bearer tok-123"}
+    # Nothing matched: each field asked by name, then again in any case (#272).
+    assert set(auth[: 2 * len(FIELDS)]) == {basic}
+    assert set(auth[2 * len(FIELDS) :]) == {"Bearer tok-123"}
     assert "s3cret" not in repr(_config("http://p", username="ledger", password="s3cret"))
 
 
@@ -128,7 +129,12 @@ def test_query_grid_and_day_chunks() -> None:
         fine = _config("http://prom", step_s=5)  # 5 s: a day would be 17,280 points; chunks stop at 10,000
         list(PrometheusConnector(fine, client=client).collect(T0, T0 + dt.timedelta(days=1)))
         spans = [(float(q["start"]), float(q["end"])) for q in seen if "GPU_UTIL" in q["query"]]
-        assert [round((b - a) / 5) + 1 for a, b in spans] == [10_000, 7_280]
+        # Each chunk found nothing: asked by name, then in any case (#272).
+        assert [round((b - a) / 5) + 1 for a, b in spans] == [10_000, 10_000, 7_280, 7_280]
+        assert [q["query"] for q in seen if "GPU_UTIL" in q["query"]][:2] == [
+            "last_over_time(DCGM_FI_DEV_GPU_UTIL[5000ms])",
+            'last_over_time({__name__=~"(?i)DCGM_FI_DEV_GPU_UTIL"}[5000ms])',
+        ]
 
 
 def test_reads_a_managed_prometheus_matrix() -> None:
