@@ -27,10 +27,15 @@ one slot assignment, at the cost of being up to one period early.)
   0, neither busy nor idle), with no energy, power, temperature or memory.
 * **Metrics**: ``containerGpuDutyCycle`` (%) → ``gpu_util``, ``containerGpumemoryUsedBytes`` →
   ``mem_used_b``, ``containerGpumemoryTotalBytes`` → ``mem_total_b``.
-* **Workloads**: ``containerName`` is ``"<podUid>/<container>"`` (the pod *name* is not in the
-  table), so the key is ``k8s:<k8sNamespace>/<podUid>/<container>`` (namespace empty when the agent
-  sends no ``k8sNamespace`` tag) and ``WorkloadInfo.workload`` is ``controllerName`` when given,
-  else the pod uid.
+* **Workloads**: the GPU rows name a container as ``"<podUid>/<container>"`` and carry no
+  namespace (the agent's ``k8sNamespace`` tag is commented out) and no controller. With
+  ``pod_inventory`` (default) one more query per Log Analytics window joins the UIDs to
+  ``KubePodInventory`` of the same workspace (:mod:`connectors.azure_pod_inventory`), so the key is
+  ``k8s:<Namespace>/<Name>/<container>`` as the DCGM keys are, and ``WorkloadInfo`` carries the
+  namespace and the pod name. A UID the inventory has no row for keeps
+  ``k8s:<k8sNamespace tag or ''>/<podUid>/<container>`` (workload: a ``controllerName`` tag, else the
+  UID); such pods are counted in ``pods_not_in_inventory`` and logged. Rows without a node
+  (``Computer`` empty: a pending pod's requests) hold no GPU and are dropped.
 * **``instance_id``**: billing names AKS nodes by their scale set. A node ``aks-<pool>-<n>-vmss<6
   chars>`` belongs to ``…/resourcegroups/<node rg>/providers/microsoft.compute/
   virtualmachinescalesets/aks-<pool>-<n>-vmss`` (lower case), where the node resource group is
@@ -61,6 +66,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +76,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from connectors import azure_pod_inventory
 from connectors.azure_auth import build_credential, call_azure
 from connectors.cloud import (
     CloudMetricsConfig,
@@ -84,7 +91,6 @@ from connectors.sdk import (
     Metric,
     RetriableError,
     SampleBatch,
-    WorkloadInfo,
     devices_in,
     to_ms,
 )
@@ -116,6 +122,7 @@ _CLUSTER_ID = re.compile(
 )
 _METRICS_ID = re.compile(r"/providers/microsoft\.insights/metrics/.*$", re.IGNORECASE)
 _BATCH = 50  # resources per metrics:getBatch call (the API's limit)
+log = logging.getLogger(__name__)
 
 
 class VmMetric(BaseModel):
@@ -143,6 +150,9 @@ class AzureMonitorConfig(CloudMetricsConfig):
       ``https://<region>.metrics.monitor.azure.com``), ``metrics_audience``: sovereign clouds, tests.
     * ``ca_file``: PEM bundle to verify the endpoints with (azure-core ``connection_verify``).
     * ``query_chunk_s``: one Log Analytics query covers at most this long (its row limit is 500,000).
+    * ``pod_inventory``: join pod UIDs to namespace and pod name from ``KubePodInventory`` (one more
+      query per window); ``pod_inventory_margin_s``: how far around the window to look for a pod's
+      inventory row (it is collected every 60 s by default).
     """
 
     type: str = "azure_monitor"
@@ -161,6 +171,8 @@ class AzureMonitorConfig(CloudMetricsConfig):
     metrics_audience: str | None = None
     ca_file: str | None = None
     query_chunk_s: int = Field(3600, ge=60, le=86_400)
+    pod_inventory: bool = True
+    pod_inventory_margin_s: int = Field(900, ge=0, le=86_400)
     vm_resource_ids: tuple[str, ...] = ()
     vm_metric_namespace: str | None = None
     vm_metrics: dict[str, VmMetric] = Field(default_factory=dict)
@@ -205,6 +217,8 @@ class AzureMonitorConnector:
         self._credential = credential
         self._owned: list[Any] = []
         self._logs, self._metrics = logs_client, metrics_client
+        #: GPU pods whose UID no ``KubePodInventory`` row named, summed over windows since made.
+        self.pods_not_in_inventory = 0
 
     def _client_kwargs(self) -> dict[str, Any]:
         c = self.config
@@ -275,7 +289,8 @@ class AzureMonitorConnector:
             chunk_start = start
             while chunk_start < end:
                 chunk_end = min(end, chunk_start + chunk)
-                batch = self._aks_batch(self._query_logs(chunk_start, chunk_end))
+                rows = _on_nodes(self._query_logs(chunk_start, chunk_end))
+                batch = self._aks_batch(rows, self._inventory(rows, chunk_start, chunk_end))
                 if batch.samples.height:
                     yield batch
                 chunk_start = chunk_end
@@ -300,17 +315,12 @@ class AzureMonitorConnector:
             "Tags, _ResourceId"
         )
 
-    def _query_logs(self, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    def _workspace_query(self, kql: str, timespan: tuple[dt.datetime, dt.datetime]) -> Any:
+        return self._logs_client().query_workspace(self.config.workspace_id, kql, timespan=timespan)
+
+    def _complete(self, result: Any, start: dt.datetime, end: dt.datetime) -> Any:
         from azure.monitor.query import LogsQueryPartialResult
 
-        assert self.config.workspace_id is not None
-        result = call_azure(
-            SOURCE,
-            "Log Analytics Reader on the workspace",
-            lambda: self._logs_client().query_workspace(
-                self.config.workspace_id, self.kql(start, end), timespan=(start, end)
-            ),
-        )
         if isinstance(result, LogsQueryPartialResult):
             error = result.partial_error
             raise RetriableError(
@@ -318,6 +328,16 @@ class AzureMonitorConnector:
                 f"({getattr(error, 'code', '')}: {getattr(error, 'message', error)}); nothing was ingested "
                 "for the window. If it persists, lower query_chunk_s (a query returns at most 500,000 rows)."
             )
+        return result
+
+    def _query_logs(self, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+        assert self.config.workspace_id is not None
+        result = call_azure(
+            SOURCE,
+            "Log Analytics Reader on the workspace",
+            functools.partial(self._workspace_query, self.kql(start, end), (start, end)),
+        )
+        result = self._complete(result, start, end)
         if not result.tables:
             return pl.DataFrame()
         table = result.tables[0]
@@ -334,13 +354,37 @@ class AzureMonitorConnector:
         except (pl.exceptions.PolarsError, KeyError) as exc:
             raise ConnectorError(f"{SOURCE}: unreadable Log Analytics answer: {exc}") from exc
 
-    def _aks_batch(self, rows: pl.DataFrame) -> SampleBatch:
+    def _inventory(self, rows: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+        """``KubePodInventory`` rows (``azure_pod_inventory.COLUMNS``) of the pods ``rows`` name."""
+        if not self.config.pod_inventory or rows.is_empty():
+            return azure_pod_inventory.empty()
+        uids = rows["containerName"].drop_nulls().str.split("/").list.first().unique().to_list()
+        if not uids:
+            return azure_pod_inventory.empty()
+        margin = dt.timedelta(seconds=self.config.pod_inventory_margin_s)
+        result = call_azure(
+            SOURCE,
+            "Log Analytics Reader on the workspace",
+            lambda: azure_pod_inventory.query(self._workspace_query, uids, start, end, margin),
+        )
+        frame = azure_pod_inventory.read_answer(self._complete(result, start, end))
+        if frame is None:
+            log.warning("%s %s: no KubePodInventory answer for %s–%s; GPU pods stay keyed by UID",
+                        SOURCE, self.config.name, _iso(start), _iso(end))  # fmt: skip
+            return azure_pod_inventory.empty()
+        return frame
+
+    def _workloads(self, rows: pl.DataFrame, inventory: pl.DataFrame) -> pl.DataFrame:
+        workloads, missing = azure_pod_inventory.workloads(rows, inventory)
+        if self.config.pod_inventory and missing:
+            self.pods_not_in_inventory += len(missing)
+            log.warning("%s %s: %d GPU pod(s) not in KubePodInventory, kept by UID (namespace unknown): %s",
+                        SOURCE, self.config.name, len(missing), ", ".join(missing[:5]))  # fmt: skip
+        return workloads
+
+    def _aks_batch(self, rows: pl.DataFrame, inventory: pl.DataFrame) -> SampleBatch:
         if rows.is_empty():
             return SampleBatch(pl.DataFrame(), [])
-        try:
-            rows = rows.with_columns(pl.col("Tags").str.json_decode(_TAGS).alias("t")).unnest("t")
-        except pl.exceptions.PolarsError as exc:
-            raise ConnectorError(f"{SOURCE}: Tags is not JSON: {exc}") from exc
         key = ["Computer", "ts_ms"]
         per_gpu = rows.filter(pl.col("Name").is_in(list(PER_GPU)) & pl.col("gpuId").is_not_null())
         requests = (
@@ -405,20 +449,9 @@ class AzureMonitorConnector:
                 markers.select(*key, "slot", "containerName", "Name", "Val"),
             ]
         )
-        # Workload attributes of each container (k8sNamespace/controllerName, where the agent sends them).
-        attrs = (
-            rows.filter(pl.col("containerName").is_not_null())
-            .group_by("containerName")
-            .agg(pl.col("k8sNamespace").drop_nulls().first(), pl.col("controllerName").drop_nulls().first())
-        )
-        parts = pl.col("containerName").str.split_exact("/", 1)
-        workloads = attrs.with_columns(
-            parts.struct.field("field_0").alias("pod_uid"),
-            parts.struct.field("field_1").fill_null("").alias("container"),
-        ).with_columns(
-            pl.format("k8s:{}/{}/{}", pl.col("k8sNamespace").fill_null(""), "pod_uid", "container").alias(
-                "workload_key"
-            )
+        workloads = self._workloads(
+            rows.join(readings.select("containerName").drop_nulls().unique(), on="containerName", how="semi"),
+            inventory,
         )
         readings = readings.join(
             workloads.select("containerName", "workload_key"), on="containerName", how="left"
@@ -433,7 +466,9 @@ class AzureMonitorConnector:
             ),
             _MAPPING,
         )
-        return SampleBatch(samples, self._aks_devices(rows, slots), _workload_infos(workloads))
+        return SampleBatch(
+            samples, self._aks_devices(rows, slots), azure_pod_inventory.workload_infos(workloads)
+        )
 
     def _aks_devices(self, rows: pl.DataFrame, slots: pl.DataFrame) -> list[DeviceInfo]:
         nodes = rows.group_by("Computer").agg(
@@ -548,15 +583,16 @@ class AzureMonitorConnector:
         return SampleBatch(to_samples(readings, mapping), list(devices.values()))
 
 
-def _workload_infos(workloads: pl.DataFrame) -> list[WorkloadInfo]:
-    return [
-        WorkloadInfo(
-            workload_key=r["workload_key"],
-            namespace=r["k8sNamespace"],
-            workload=r["controllerName"] or r["pod_uid"],
-        )
-        for r in workloads.iter_rows(named=True)
-    ]
+def _on_nodes(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with their ``Tags`` as columns, of nodes only: a pending pod's requests have an empty
+    ``Computer`` (the agent writes ``spec.nodeName``, unset until scheduled) and hold no GPU."""
+    if rows.is_empty():
+        return rows
+    try:
+        rows = rows.with_columns(pl.col("Tags").str.json_decode(_TAGS).alias("t")).unnest("t")
+    except pl.exceptions.PolarsError as exc:
+        raise ConnectorError(f"{SOURCE}: Tags is not JSON: {exc}") from exc
+    return rows.filter(pl.col("Computer").fill_null("") != "")
 
 
 def _subscription(resource_id: str) -> str | None:

@@ -29,6 +29,7 @@ from azurefake.server import Reply, Request, StaticCredential, fake_azure
 from sqlalchemy import select
 
 from connectors.azure_monitor import AzureMonitorConfig, AzureMonitorConnector
+from connectors.azure_pod_inventory import COLUMNS as INVENTORY_COLUMNS
 from connectors.base import FatalSourceError, RetriableError
 from service.db import make_engine
 from service.ledger.ingest import ingest_window
@@ -71,10 +72,24 @@ def _fixture() -> dict:
     return json.loads(FIXTURE.read_text())
 
 
+EMPTY_INVENTORY = {
+    "tables": [
+        {
+            "name": "PrimaryResult",
+            "columns": [{"name": c, "type": "string"} for c in INVENTORY_COLUMNS],
+            "rows": [],
+        }
+    ]
+}
+
+
 def _log_analytics(body: dict) -> Callable[[Request], Reply]:
-    """Answers every query with ``body``'s rows inside the request's ``timespan`` (as the service does)."""
+    """Answers every InsightsMetrics query with ``body``'s rows inside the request's ``timespan`` (as
+    the service does), a KubePodInventory query with no rows (these pods keep their UIDs)."""
 
     def respond(request: Request) -> Reply:
+        if request.body["query"].startswith("KubePodInventory"):
+            return Reply(200, EMPTY_INVENTORY)
         first, last = request.body["timespan"].split("/")
         table = copy.deepcopy(body["tables"][0])
         table["rows"] = [r for r in table["rows"] if _ts(first) <= _ts(r[0]) < _ts(last)]
@@ -119,13 +134,17 @@ def test_fixture_gives_exact_present_allocated_and_busy_seconds(tmp_path: Path, 
         finally:
             engine.dispose()
 
-    # The ingestor reads one presence gap (1 h) either side: 09:00–12:00 in three 1-hour queries.
+    # The ingestor reads one presence gap (1 h) either side: 09:00–12:00 in three 1-hour queries,
+    # plus one KubePodInventory query (15 min either side) for the one hour that has GPU pods.
     spans = [r.body["timespan"] for r in fake.requests]
     assert spans == [
         "2025-09-20T09:00:00.000Z/2025-09-20T10:00:00.000Z",
         "2025-09-20T10:00:00.000Z/2025-09-20T11:00:00.000Z",
+        "2025-09-20T09:45:00.000Z/2025-09-20T11:15:00.000Z",
         "2025-09-20T11:00:00.000Z/2025-09-20T12:00:00.000Z",
     ]
+    assert fake.requests[2].body["query"].startswith("KubePodInventory")
+    assert conn.pods_not_in_inventory == 3  # the inventory answered no rows: the three keep UIDs
     assert all(r.path == "/v1/workspaces/0b8f5e2a-1c3d-4e5f-8a9b-0c1d2e3f4a5b/query" for r in fake.requests)
     assert all(r.headers["authorization"] == "Bearer la-token" for r in fake.requests)
     assert 'Namespace == "container.azm.ms/gpu"' in fake.requests[0].body["query"]
@@ -215,7 +234,8 @@ def test_slots_do_not_depend_on_how_the_window_is_cut(tmp_path: Path) -> None:
                 batches = list(conn.collect(H10, H11))
             frame = pl.concat([b.samples for b in batches])
             samples[chunk_s] = frame.sort("device_id", "ts_ms", "metric", "workload_key")
-    assert len(fake.requests) == 1 + 30
+    # InsightsMetrics: 1 + 30 queries; KubePodInventory: 1 + 3 (the 2-minute windows with GPU rows).
+    assert len(fake.requests) == 1 + 30 + 1 + 3
     assert samples[120].equals(samples[3600]) and samples[120].height == 14 * 5 * 3 + 2 * 5
 
 
@@ -278,7 +298,7 @@ def test_throttling_is_retried_then_succeeds_and_5xx_runs_out(tmp_path: Path) ->
         _connector(fake.url, fake.ca_path, max_retries=2, backoff_s=0) as conn,
     ):
         batches = list(conn.collect(H10, H11))
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == 3  # the refused try, the rows, the inventory
     assert batches[0].samples.height == 14 * 5 * 3 + 2 * 5
 
     busy = {"error": {"code": "Busy", "message": "try later"}}
