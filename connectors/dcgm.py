@@ -52,7 +52,7 @@ module decides:
   exporter issue #85), then ``namespace``/``pod``/``container``, then the old
   ``pod_namespace``/``pod_name``/``container_name``. Prometheus also attaches its scrape target's
   own ``pod``/``namespace`` (the exporter's) to every series, so a pod is never a workload when it
-  is the scrape target's: a pod that a series carries beside a preferred triple's pod (then it is
+  is the scrape target's: a ``pod`` that a series carries beside ``exported_pod`` (then it is
   the target label), or one matching ``exporter_pod_pattern`` (default: names containing
   ``dcgm-exporter``; the idle GPUs of a node carry only that). → ``k8s:<ns>/<pod>/<container>``
   with namespace and workload = pod; ``hpc_job`` → ``hpc:<job>``; project/team/user from
@@ -174,14 +174,15 @@ def _label(labels: Mapping[str, str], *names: str) -> str | None:
 
 
 def target_pods(series: Iterable[Mapping[str, str]], stamp: Stamp) -> set[str]:
-    """Pods that are a scrape target's own label: the pods of a later ``pod_labels`` triple on a
-    series that also has an earlier one (``pod`` beside ``exported_pod``)."""
+    """Pods that are a scrape target's own label: ``X`` of a ``pod_labels`` pod label ``X`` on a
+    series that also carries ``exported_X`` (Prometheus renamed the exporter's ``X`` there)."""
     found: set[str] = set()
+    pod_names = [pod for _, pod, _ in stamp.pod_labels]
     for labels in series:
-        pods = [labels.get(pod) for _, pod, _ in stamp.pod_labels]
-        named = [p for p in pods if p]
-        if len(named) > 1:
-            found.update(named[1:])
+        for name in pod_names:
+            value = labels.get(name)
+            if value and labels.get(f"exported_{name}"):
+                found.add(value)
     return found
 
 

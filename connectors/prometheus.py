@@ -78,7 +78,7 @@ class HttpSourceConfig(ConnectorConfig):
       (``honorLabels: true``, or a direct scrape), then ``pod_namespace``/``pod_name``/
       ``container_name`` (``--use-old-namespace``). A site that relabels the exporter's labels
       elsewhere lists its own, e.g. ``pod_labels = [["k8s_ns", "k8s_pod", "k8s_container"]]``.
-      A pod that a series carries beside an earlier triple's pod is the scrape target's own label,
+      A pod label ``X`` on a series that also has ``exported_X`` is the scrape target's own label,
       never a workload.
     * ``exporter_pod_pattern``: a regular expression (searched) for the exporter's own pod name,
       which Prometheus attaches as ``pod`` to every series, idle GPUs included; such a pod is never
