@@ -356,9 +356,8 @@ class AzureMonitorConnector:
 
     def _inventory(self, rows: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
         """``KubePodInventory`` rows (``azure_pod_inventory.COLUMNS``) of the pods ``rows`` name."""
-        if not self.config.pod_inventory or rows.is_empty():
-            return azure_pod_inventory.empty()
-        uids = rows["containerName"].drop_nulls().str.split("/").list.first().unique().to_list()
+        on = self.config.pod_inventory and not rows.is_empty()
+        uids = rows["containerName"].drop_nulls().str.split("/").list.first().unique().to_list() if on else []
         if not uids:
             return azure_pod_inventory.empty()
         margin = dt.timedelta(seconds=self.config.pod_inventory_margin_s)
@@ -373,14 +372,6 @@ class AzureMonitorConnector:
                         SOURCE, self.config.name, _iso(start), _iso(end))  # fmt: skip
             return azure_pod_inventory.empty()
         return frame
-
-    def _workloads(self, rows: pl.DataFrame, inventory: pl.DataFrame) -> pl.DataFrame:
-        workloads, missing = azure_pod_inventory.workloads(rows, inventory)
-        if self.config.pod_inventory and missing:
-            self.pods_not_in_inventory += len(missing)
-            log.warning("%s %s: %d GPU pod(s) not in KubePodInventory, kept by UID (namespace unknown): %s",
-                        SOURCE, self.config.name, len(missing), ", ".join(missing[:5]))  # fmt: skip
-        return workloads
 
     def _aks_batch(self, rows: pl.DataFrame, inventory: pl.DataFrame) -> SampleBatch:
         if rows.is_empty():
@@ -449,10 +440,14 @@ class AzureMonitorConnector:
                 markers.select(*key, "slot", "containerName", "Name", "Val"),
             ]
         )
-        workloads = self._workloads(
-            rows.join(readings.select("containerName").drop_nulls().unique(), on="containerName", how="semi"),
-            inventory,
+        mine = rows.join(
+            readings.select("containerName").drop_nulls().unique(), on="containerName", how="semi"
         )
+        workloads, missing = azure_pod_inventory.workloads(mine, inventory)
+        if self.config.pod_inventory and missing:
+            self.pods_not_in_inventory += len(missing)
+            log.warning("%s %s: %d GPU pod(s) not in KubePodInventory, kept by UID (namespace unknown): %s",
+                        SOURCE, self.config.name, len(missing), ", ".join(missing[:5]))  # fmt: skip
         readings = readings.join(
             workloads.select("containerName", "workload_key"), on="containerName", how="left"
         )
