@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gcpfake.build import plain_client
+from gcpfake.build import plain_client, series
 from gcpfake.server import FakeMetricService, running_fake
 from google.cloud import monitoring_v3
 from sqlalchemy import Engine, select
@@ -117,3 +117,24 @@ def test_ops_agent_vm_gpus_by_number_with_measured_energy(engine: Engine, target
             "NVIDIA L4",
             "us-central1",
         )
+
+
+def test_a_gke_series_without_accelerator_id_is_skipped_and_counted() -> None:
+    ends = [H10 + dt.timedelta(minutes=m + 1) for m in range(3)]
+    node = {"project_id": PROJECT, "location": "us-central1", "cluster_name": CLUSTER, "node_name": NODE}
+    held = [
+        series("kubernetes.io/node/accelerator/duty_cycle", node, {"make": "nvidia", "model": "NVIDIA L4"},
+               ends, [50.0] * 3, resource_type="k8s_node"),
+        series("kubernetes.io/node/accelerator/duty_cycle", node, {"make": "nvidia", "model": "NVIDIA L4",
+               "accelerator_id": GPU_B}, ends, [50.0] * 3, resource_type="k8s_node"),
+    ]  # fmt: skip
+    config = GcpMonitoringConfig(name="gcp", projects=[PROJECT], families=["gke_node"])
+    with (
+        running_fake(FakeMetricService({PROJECT: held}, period_s=60)) as address,
+        plain_client(address) as client,
+        GcpMonitoringConnector(config, client=client) as connector,
+    ):
+        batches = list(connector.collect(H10, H10 + dt.timedelta(minutes=5)))
+    assert connector.skipped_series == 1
+    assert [d.device_id for b in batches for d in b.devices] == [GPU_B]
+    assert sum(b.samples.height for b in batches) == 3
