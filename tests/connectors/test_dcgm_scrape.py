@@ -92,7 +92,7 @@ def test_k8s_pod_labels_and_hostname() -> None:
     for i in (4, 5):
         assert workload[i] == ["k8s:inference/chat-serving-6d9f7c8b5-qx2lm/vllm"]
     assert workload[6] == workload[7] == [""]  # no pod labels: unallocated
-    # `hostname` is the exporter pod (nvidia-dcgm-exporter-7xk2p), not the node: no node by default…
+    # `hostname` names the exporter pod here (an exporter without NODE_NAME): not a node…
     assert {d.node for d in devices.values()} == {None}
     assert "sm_active" in samples["metric"].to_list()  # the custom CSV enables SM_ACTIVE
     # …and the agent's configured node wins.
