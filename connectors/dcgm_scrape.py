@@ -35,7 +35,8 @@ class DcgmScrapeConfig(HttpSourceConfig):
     ``url`` is the exporter's ``/metrics`` (e.g. ``http://127.0.0.1:9400/metrics``);
     ``interval_s`` is how often the agent scrapes it, in seconds: a reading stands for at most
     2 × ``interval_s``. ``node`` names the node the agent runs on; it overrides ``node_labels``
-    (under Kubernetes the exporter's ``hostname`` label is its pod, not the node).
+    (the exporter's ``hostname``/``Hostname`` label is the node where ``NODE_NAME`` is set, as the
+    chart and the GPU Operator do; exporters before #129 wrote their own pod there).
     Plus the HTTP, TLS and device keys of :class:`connectors.prometheus.HttpSourceConfig`.
     """
 
