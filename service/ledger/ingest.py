@@ -20,6 +20,7 @@ from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, Worklo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
 from service.dbtypes import table_of
 from service.ledger import store
+from service.ledger.invariants import check_rows
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
@@ -127,6 +128,7 @@ def _ingest_chunk(
     samples = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     checked = validate_samples(samples, devices.keys())
     rows = normalize(checked.accepted, window)
+    check_rows(rows, devices, connector=name)  # a row breaking the ledger's invariants is a bug: raise
     rows = price_rows(_with_dimensions(rows, name, devices, workloads), book)
     in_window = checked.accepted.filter(
         (pl.col("ts_ms") >= window.start_ms) & (pl.col("ts_ms") < window.end_ms)

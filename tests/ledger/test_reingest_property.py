@@ -42,17 +42,21 @@ class _Replay:
         yield SampleBatch(inside.slice(half), self.discover())
 
 
-samples_strategy = st.lists(
-    st.tuples(
-        st.sampled_from(["GPU-a", "GPU-b"]),
-        st.integers(min_value=-H, max_value=5 * H).map(lambda ms: T0 + ms // 1000 * 1000),
-        st.sampled_from(["gpu_util", "sm_active", "energy_j", "power_w"]),
-        st.floats(min_value=0, max_value=100, allow_nan=False),
-        st.sampled_from(["", "job-1", "job-2"]),
-        st.just(1.0),
-    ),
-    min_size=1,
-    max_size=80,
+# Each device keeps one owner: a source naming different owners in different metrics of one
+# device and time breaks observed ≤ present, and the ingest refuses it (tests/ledger/test_invariants.py).
+samples_strategy = st.tuples(
+    st.sampled_from(["", "job-1", "job-2"]), st.sampled_from(["", "job-1", "job-2"])
+).flatmap(
+    lambda owners: st.lists(
+        st.tuples(
+            st.sampled_from([0, 1]),
+            st.integers(min_value=-H, max_value=5 * H).map(lambda ms: T0 + ms // 1000 * 1000),
+            st.sampled_from(["gpu_util", "sm_active", "energy_j", "power_w"]),
+            st.floats(min_value=0, max_value=100, allow_nan=False),
+        ).map(lambda t: (("GPU-a", "GPU-b")[t[0]], t[1], t[2], t[3], owners[t[0]], 1.0)),
+        min_size=1,
+        max_size=80,
+    )
 )
 
 
