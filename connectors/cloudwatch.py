@@ -84,25 +84,25 @@ import polars as pl
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
-    ProfileNotFound,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
 )
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.aws_session import assume_role_request, base_session, boto_config, session_of
 from connectors.cloud import (
     MIB,
     CloudMetricsConfig,
     MetricSpec,
     aggregate_sampling,
-    auth_error,
     permission_error,
     to_samples,
+)
+from connectors.cloudwatch_aws import (
+    DENIED,
+    PERMISSIONS,
+    SOURCE,
+    AwsCalls,
+    ClientFactory,
+    client_factory,
+    error_code,
 )
 from connectors.cloudwatch_ci import (
     CONTAINER_COLS,
@@ -117,11 +117,8 @@ from connectors.cloudwatch_ci import (
     placements,
 )
 from connectors.sdk import (
-    ConfigurationError,
     ConnectorConfig,
-    ConnectorError,
     DeviceInfo,
-    FatalSourceError,
     Metric,
     RetriableError,
     SampleBatch,
@@ -130,7 +127,6 @@ from connectors.sdk import (
 
 log = logging.getLogger(__name__)
 
-SOURCE = "CloudWatch"
 MAX_QUERIES = 500  # per GetMetricData call
 DAY_S = 86_400
 #: (age in seconds beyond which, minimum period CloudWatch still keeps), coarsest first.
@@ -146,20 +142,7 @@ AGENT_METRICS: dict[str, MetricSpec] = {
 }
 _MAPPING = {**AGENT_METRICS, **NODE_METRICS}
 _LEDGER_METRIC = {name: spec.metric.value for name, spec in _MAPPING.items()}
-PERMISSIONS = "cloudwatch:GetMetricData, cloudwatch:ListMetrics, ec2:DescribeInstances, logs:FilterLogEvents"
-
-_THROTTLING = {"Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
-               "TooManyRequestsException", "RequestThrottledException", "ServiceUnavailable",
-               "InternalFailure", "InternalError"}  # fmt: skip
-_AUTH = {"UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
-         "AuthFailure", "SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature",
-         "MissingAuthenticationToken"}  # fmt: skip
 _FILLABLE = ("cluster", "node", "instance_id", "instance_type", "gpu_model")
-_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
-_AUTH_NEXT_STEP = (
-    "check the connector's AWS credentials (profile, access keys or role_arn/external_id) and "
-    f"that its identity may call {PERMISSIONS}"
-)
 
 
 class CloudWatchConfig(CloudMetricsConfig):
@@ -220,20 +203,6 @@ class CloudWatchConfig(CloudMetricsConfig):
         return self
 
 
-#: Builds one AWS client: (boto3 session, service name, region) → client.
-ClientFactory = Callable[[boto3.Session, str, str], Any]
-
-
-def client_factory(config: CloudWatchConfig) -> ClientFactory:
-    """The production client factory: botocore's standard retries, timeouts, the endpoint."""
-    boto = boto_config(config)
-
-    def make(session: boto3.Session, service: str, region: str) -> Any:
-        return session.client(service, region_name=region, endpoint_url=config.endpoint_url, config=boto)
-
-    return make
-
-
 @dataclass(frozen=True, slots=True)
 class _Series:
     """One ListMetrics entry: a metric name and its exact, full dimension set."""
@@ -277,11 +246,12 @@ def _ceil(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-class CloudWatchConnector:
+class CloudWatchConnector(AwsCalls):
     """CloudWatch agent and Container Insights GPU metrics; see the module docstring."""
 
     kind: ClassVar[Literal["metrics"]] = "metrics"
     config_model: ClassVar[type[ConnectorConfig]] = CloudWatchConfig
+    config: CloudWatchConfig
 
     def __init__(
         self,
@@ -296,18 +266,10 @@ class CloudWatchConnector:
         self._session_given = session
         self._make_client = make_client if make_client is not None else client_factory(config)
         self._clock = clock
-        self._clients: dict[tuple[str, str, bool], Any] = {}
-        self._assumed: dict[str, tuple[boto3.Session, dt.datetime]] = {}
-        self._account: str | None = config.account_id
+        self._init_aws()
         self._instance_types: dict[tuple[str, str], str | None] = {}
         #: how Container Insights container readings were tied to GPUs, or why not (counted)
         self.attribution = Attribution()
-
-    def close(self) -> None:
-        """Close every AWS client the connector opened."""
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
 
     def __enter__(self) -> CloudWatchConnector:
         return self
@@ -524,8 +486,8 @@ class CloudWatchConnector:
         try:
             events = [e for page in pages for e in page.get("events", [])]
         except ClientError as exc:
-            code = _code(exc)
-            if code == "ResourceNotFoundException" or code in _DENIED:
+            code = error_code(exc)
+            if code == "ResourceNotFoundException" or code in DENIED:
                 log.warning("%s %s: %s on %s: container series are not joined to nodes through it",
                             SOURCE, region, code, group)  # fmt: skip
                 self.attribution.log_problems[f"{group}: {code}"] += 1
@@ -598,89 +560,6 @@ class CloudWatchConnector:
         if status == "InternalError":
             raise RetriableError(f"{SOURCE} {region}: GetMetricData result InternalError {messages}")
         return status == "PartialData"
-
-    # ---- AWS plumbing
-
-    def _base_session(self) -> boto3.Session:
-        if self._session_given is None:
-            self._session_given = base_session(self.config, SOURCE)
-        return self._session_given
-
-    def _session(self, region: str) -> boto3.Session:
-        cfg = self.config
-        if cfg.role_arn is None:
-            return self._base_session()
-        cached = self._assumed.get(region)
-        if cached is not None and cached[1] - self._clock() > dt.timedelta(minutes=5):
-            return cached[0]
-        sts = self._raw_client(self._base_session(), "sts", region, base=True)
-        try:
-            answer = sts.assume_role(**assume_role_request(cfg))
-        except ClientError as exc:
-            if _code(exc) in _DENIED:
-                raise permission_error(
-                    SOURCE,
-                    f"sts:AssumeRole {cfg.role_arn}: {_code(exc)}",
-                    f"sts:AssumeRole on {cfg.role_arn} (and check the role's trust policy and external_id)",
-                ) from exc
-            raise self._mapped(exc, "sts:AssumeRole") from exc
-        except BotoCoreError as exc:
-            raise self._mapped(exc, "sts:AssumeRole") from exc
-        creds = answer["Credentials"]
-        session = session_of(creds)
-        for key in [k for k in self._clients if k[0] == region and not k[2]]:
-            self._clients.pop(key).close()  # clients of the expiring credentials
-        self._assumed[region] = (session, creds["Expiration"])
-        return session
-
-    def _client(self, region: str, service: str) -> Any:
-        session = self._session(region)
-        return self._raw_client(session, service, region, base=False)
-
-    def _raw_client(self, session: boto3.Session, service: str, region: str, *, base: bool) -> Any:
-        key = (region, service, base)
-        if key not in self._clients:
-            self._clients[key] = self._make_client(session, service, region)
-        return self._clients[key]
-
-    def _account_id(self, region: str) -> str:
-        if self._account is None:
-            sts = self._client(region, "sts")
-            self._account = self._call(lambda: sts.get_caller_identity()["Account"], "sts:GetCallerIdentity")
-        return self._account
-
-    def _call(self, call: Callable[[], Any], what: str) -> Any:
-        try:
-            return call()
-        except (ClientError, BotoCoreError) as exc:
-            raise self._mapped(exc, what) from exc
-
-    def _mapped(self, exc: Exception, what: str) -> ConnectorError:
-        tries = self.config.max_retries + 1
-        if isinstance(exc, ClientError):
-            code = _code(exc)
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            detail = f"{what}: {code}: {exc.response.get('Error', {}).get('Message', '')}"[:300]
-            if code in _DENIED:
-                return permission_error(SOURCE, detail, PERMISSIONS)
-            if code in _AUTH:
-                return auth_error(SOURCE, detail, _AUTH_NEXT_STEP)
-            if code in _THROTTLING or status == 429 or status >= 500:
-                return RetriableError(f"{SOURCE}: {detail} (after {tries} tries)")
-            return FatalSourceError(f"{SOURCE}: {detail}")
-        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            return auth_error(
-                SOURCE, f"{what}: {exc}", "configure AWS credentials for the connector: " + _AUTH_NEXT_STEP
-            )
-        if isinstance(exc, ProfileNotFound):
-            return ConfigurationError(f"{SOURCE}: {exc}")
-        if isinstance(exc, BotoConnectionError | HTTPClientError):
-            return RetriableError(f"{SOURCE}: {what}: {exc} (after {tries} tries)")
-        return FatalSourceError(f"{SOURCE}: {what}: {type(exc).__name__}: {exc}")
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -342,6 +342,10 @@ def test_container_insights_gpus_and_pod_attribution(
     assert (workloads[a0].namespace, workloads[a0].workload) == ("serve", "a-0")
     assert connector.attribution.unjoined == {"ambiguous": 60 * 2}  # collect + ingest each read it
     assert connector.attribution.joined == {"sole_gpu": (30 + 60 + 60) * 2}
+    assert connector.attribution.log_problems == {
+        f"/aws/containerinsights/{c}/performance: ResourceNotFoundException": 2
+        for c in ("eks-gpu", "eks-two")
+    }
 
     with engine.connect() as conn:
         rows = {
