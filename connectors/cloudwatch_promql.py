@@ -19,13 +19,15 @@ The same connector reads Amazon Managed Service for Prometheus (``signing_servic
 ``url = https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>``), where sites that run
 dcgm-exporter with an AMP scraper or ADOT keep the same series.
 
-Limits (CloudWatch's PromQL): at most 500 series per answer — give a ``label_selector`` (e.g.
-``{"@resource.k8s.cluster.name"="prod"}``) per cluster when a fleet has more GPUs; a query scans
-at most 24 h, which the connector's one-day chunks respect. Whether CloudWatch honours
-``last_over_time`` like Prometheus was not checked against the service (only against a local
-Prometheus 2.42 behind a SigV4-checking proxy). No EC2 instance id reaches the ledger on this
-path (the GPU is keyed by UUID, the node by name), so billing joins by instance need the node →
-instance mapping from elsewhere.
+Limits (CloudWatch's PromQL): at most 500 series per answer, and a query scans at most 24 h
+(the connector's one-day chunks respect that). A fleet with more than 500 GPUs needs one
+connector per slice with a ``label_selector`` such as ``{node_name=~"ip-10-0-1.*"}``; the
+cluster is the resource attribute ``@resource.k8s.cluster.name``, a quoted UTF-8 label name that
+``label_selector`` does not accept yet, so set ``cluster`` in the config (one connector per
+cluster). Whether CloudWatch honours ``last_over_time`` exactly like Prometheus was not checked
+against the service (only against a local Prometheus 2.42 behind a SigV4-checking proxy). No EC2
+instance id reaches the ledger on this path (the GPU is keyed by UUID, the node by name), so
+billing joins by instance need the node → instance mapping from elsewhere.
 
 Credentials: boto3's default chain (IRSA, instance role, environment), ``profile`` (which may
 itself name a ``role_arn``: boto3 assumes it and renews it), or static ``aws_access_key_id`` +
