@@ -36,7 +36,10 @@ through the ``ContainerGPU`` events of the performance log group (``performance_
 skips them), else only when one GPU of the cluster has its ``GpuDevice``; what cannot be tied is
 counted in ``attribution`` and logged. Sources, versions and rules: :mod:`connectors.cloudwatch_ci`.
 ``pod_gpu_*`` adds nothing the container series lack and is not read. Where the agent and
-Container Insights both report a GPU, the agent's readings win.
+Container Insights both report a GPU, the agent's readings win. A window older than the log
+group's retention has no placements and falls back to the sole-GPU rule. *OTel* Container
+Insights (add-on ``v6.0.1-eksbuild.1`` and later) publishes no ``node_gpu_*`` series at all: read
+it with :mod:`connectors.cloudwatch_promql`.
 
 **Periods and the ledger.** A datapoint of period ``P`` is an average over ``[t, t + P)``
 (DESIGN §3.1). CloudWatch keeps 1-minute data 15 days, 5-minute data 63 days and 1-hour data 455
