@@ -307,7 +307,11 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
             _device_level(parent, instance).select(cols),
         ]
     )
-    samples = _attributed(rows).sort("device_id", "ts_ms", "metric", "workload_key")
+    keys: dict[str, set[str]] = {}
+    for _, _, _, device_id, _, _, _, key in meta:
+        keys.setdefault(device_id, set()).add(key)
+    varied = {device_id for device_id, seen in keys.items() if len(seen) > 1}
+    samples = _attributed(rows, varied)
     used = set(samples["device_id"].unique().to_list())  # a GPU only ever in MIG mode is no device
     kept = [info for device_id, info in devices.items() if device_id in used]
     return SampleBatch(samples, kept, list(workloads.values()))
@@ -339,28 +343,52 @@ def _device_level(parent: pl.DataFrame, instance: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _attributed(rows: pl.DataFrame) -> pl.DataFrame:
+def _attributed(rows: pl.DataFrame, varied: set[str]) -> pl.DataFrame:
     """Readings per (device, ts) → samples with workload and share (time-shared GPUs, memory).
 
     At a reading where a series names a workload, the lines without one are the device's own
     (``--kubernetes-virtual-gpus``): every metric gets the device's value (that line, else the
-    pods' copies) once per pod, split by ``share``; a pod's memory used is its own."""
+    pods' copies) once per pod, split by ``share``; a pod's memory used is its own. Readings with
+    one workload (all but time-shared GPUs) take the direct path."""
     at = ["device_id", "ts_ms"]
+    rows = rows.with_columns(pl.lit(1, pl.UInt32).alias("_n"))
+    if varied:  # only a device whose series name several workloads can be shared at a reading
+        maybe = pl.col("device_id").is_in(pl.Series(sorted(varied), dtype=pl.String).implode())
+        rows = rows.with_columns(
+            pl.when(maybe)
+            .then(pl.col("workload_key").n_unique().over(at))
+            .otherwise(pl.col("_n"))
+            .alias("_n")
+        )
+    single = rows.filter(pl.col("_n") == 1)
+    owners = single.select(*at, "workload_key").unique().with_columns(pl.lit(1.0).alias("share"))
+    parts = [
+        single.filter(pl.col("key").is_in(_DIRECT)).select(
+            *at, "workload_key", pl.col("key").alias("metric"), "value", pl.lit(1.0).alias("share")
+        ),
+        _memory(single.filter(pl.col("key").is_in(_FB)), owners, at, None),
+    ]
+    multi = rows.filter(pl.col("_n") > 1)
+    if not multi.is_empty():
+        parts += _shared(multi, at)
+    columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()]
+    return pl.concat([p.select(columns) for p in parts])
+
+
+def _shared(rows: pl.DataFrame, at: list[str]) -> list[pl.DataFrame]:
+    """Readings of time-shared devices: the device's value per metric, once per pod, by share."""
     wl = pl.col("workload_key")
     device = rows.group_by(*at, "key").agg(
         pl.coalesce(pl.col("value").filter(wl == "").max(), pl.col("value").max()).alias("value")
     )
     pods = rows.filter(wl != "").select(*at, "workload_key").unique()
-    idle = (
-        rows.select(at).unique().join(pods, on=at, how="anti").with_columns(pl.lit("").alias("workload_key"))
-    )
     util = (
         rows.filter((wl != "") & (pl.col("key") == "gpu_util"))
         .group_by(*at, "workload_key")
         .agg(pl.col("value").max().alias("u"))
     )
     total = pl.col("u").sum().over(at)
-    shared = (
+    owners = (
         pods.join(util, on=[*at, "workload_key"], how="left")
         .with_columns(pl.col("u").fill_null(0.0).clip(lower_bound=0.0))
         .with_columns(
@@ -368,7 +396,6 @@ def _attributed(rows: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("u")
     )
-    owners = pl.concat([shared, idle.with_columns(pl.lit(1.0).alias("share"))])
     own_fb = (
         rows.filter((wl != "") & (pl.col("key") == "fb_used"))
         .group_by(*at, "workload_key")
@@ -379,24 +406,27 @@ def _attributed(rows: pl.DataFrame) -> pl.DataFrame:
         .join(owners, on=at)
         .select(*at, "workload_key", pl.col("key").alias("metric"), "value", "share")
     )
+    return [gauges, _memory(device.filter(pl.col("key").is_in(_FB)), owners, at, own_fb)]
+
+
+def _memory(
+    fb: pl.DataFrame, owners: pl.DataFrame, at: list[str], own_fb: pl.DataFrame | None
+) -> pl.DataFrame:
+    """FB used/free/reserved (bytes) of a device at one reading → each owner's ``mem_used_b`` (its
+    own where ``own_fb`` has it) and the device's ``mem_total_b``."""
     of = {k: pl.col("value").filter(pl.col("key") == k).max() for k in _FB}
-    memory = (
-        device.filter(pl.col("key").is_in(_FB))
-        .group_by(at)
-        .agg(
-            of["fb_used"].alias("used"),
-            (of["fb_used"] + of["fb_free"] + of["fb_reserved"].fill_null(0.0)).alias("mem_total_b"),
-        )
-        .join(owners, on=at)
-        .join(own_fb, on=[*at, "workload_key"], how="left")
-        .with_columns(pl.coalesce("own", "used").alias("mem_used_b"))
-        .unpivot(
-            on=["mem_used_b", "mem_total_b"],
-            index=[*at, "workload_key", "share"],
-            variable_name="metric",
-            value_name="value",
-        )
-        .filter(pl.col("value").is_not_null())
+    wide = fb.group_by(at).agg(
+        of["fb_used"].alias("mem_used_b"),
+        (of["fb_used"] + of["fb_free"] + of["fb_reserved"].fill_null(0.0)).alias("mem_total_b"),
     )
-    columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()]
-    return pl.concat([gauges.select(columns), memory.select(columns)])
+    wide = wide.join(owners, on=at)
+    if own_fb is not None:
+        wide = wide.join(own_fb, on=[*at, "workload_key"], how="left").with_columns(
+            pl.coalesce("own", "mem_used_b").alias("mem_used_b")
+        )
+    return wide.unpivot(
+        on=["mem_used_b", "mem_total_b"],
+        index=[*at, "workload_key", "share"],
+        variable_name="metric",
+        value_name="value",
+    ).filter(pl.col("value").is_not_null())
