@@ -9,6 +9,14 @@ step after the scrape). Windows are cut into chunks of at most one day and 10,00
 (Prometheus refuses more than 11,000). The field → metric mapping, units, MIG and pod rules are
 :mod:`connectors.dcgm`'s.
 
+Names: a chunk where no field's exporter name (``DCGM_FI_DEV_GPU_UTIL``) matched is asked again
+with ``{__name__=~"(?i)DCGM_FI_DEV_GPU_UTIL"}``, for pipelines that lower-case names (exporter
+issue #272). The retry is per chunk, not per field, so that two spellings of one series can never
+meet in one answer (``last_over_time`` drops the name, and Prometheus refuses two series with the
+same labels); a fleet whose exporters are stored in both cases needs one connector per spelling,
+split by ``label_selector``. When nothing matched either, ``missing_data_hint`` says what to check
+(the ingest puts it in the run's ``MISSING_DATA`` message).
+
 Errors: 5xx, 429, timeouts and connection failures are retried with exponential backoff and raise
 ``RetriableError`` after the last try; 401/403 and other 4xx raise ``FatalSourceError``; a bad
 configuration is a ``ConfigurationError``.
