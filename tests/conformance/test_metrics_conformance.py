@@ -28,6 +28,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import boto3
 import grpc
 import polars as pl
 import pytest
@@ -39,12 +40,14 @@ from gcpfake.server import FakeMetricService, running_fake
 from prom.httpstub import Reply as StubReply
 from prom.httpstub import http_stub
 from prom.promserver import running_prometheus, series_text
+from prom.sigv4gate import SigV4Gate
 from push_client import NOW, batch, post, push_client
 from pydantic import SecretStr
 
 from connectors.azure_monitor import AzureMonitorConfig, AzureMonitorConnector
 from connectors.azure_prometheus import AzurePrometheusConfig, AzurePrometheusConnector
 from connectors.cloudwatch import CloudWatchConfig, CloudWatchConnector
+from connectors.cloudwatch_promql import CloudWatchPromQLConfig, CloudWatchPromQLConnector
 from connectors.dcgm_scrape import DcgmScrapeConfig, DcgmScrapeConnector
 from connectors.gcp_monitoring import GcpMonitoringConfig, GcpMonitoringConnector
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
@@ -132,6 +135,24 @@ def prometheus_source(prometheus_url: str) -> Iterator[Source]:
             (H10 - 2 * H, H10 - H),
             lambda: list(PrometheusConnector(dead).collect(H10, H10 + MIN)),
         )
+
+
+@pytest.fixture
+def cloudwatch_promql_source(prometheus_url: str) -> Iterator[Source]:
+    """The same Prometheus behind a proxy that checks SigV4 as AWS does (OTel Container Insights
+    and Amazon Managed Prometheus are queried so)."""
+    key, secret = "AKIDCONFORMANCE00001", "conformance-secret"
+    session = boto3.Session(aws_access_key_id=key, aws_secret_access_key=secret, region_name="us-east-1")
+    with SigV4Gate(prometheus_url, key, secret).running() as gate:
+        config = CloudWatchPromQLConfig(name="otel-ci", region="us-east-1", url=gate.url, step_s=15)
+        dead = CloudWatchPromQLConfig(name="otel-ci", region="us-east-1", url=f"http://{DEAD}", max_retries=0)
+        with CloudWatchPromQLConnector(config, session=session, clock=lambda: H10 + 5 * MIN) as connector:
+            yield Source(
+                connector,
+                (H10, H10 + 5 * MIN),
+                (H10 - 2 * H, H10 - H),
+                lambda: list(CloudWatchPromQLConnector(dead, session=session).collect(H10, H10 + MIN)),
+            )
 
 
 @pytest.fixture
@@ -295,6 +316,7 @@ CASES = {
     "prometheus": "prometheus_source",
     "dcgm_scrape": "dcgm_scrape_source",
     "cloudwatch": "cloudwatch_source",
+    "cloudwatch_promql": "cloudwatch_promql_source",
     "gcp_monitoring": "gcp_monitoring_source",
     "azure_monitor": "azure_monitor_source",
     "azure_prometheus": "azure_prometheus_source",

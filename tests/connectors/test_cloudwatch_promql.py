@@ -14,21 +14,13 @@ node B GPU 1 idle (no pod labels), 58 W.
 from __future__ import annotations
 
 import datetime as dt
-import http.client
-import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from prom.promserver import running_prometheus, series_text
+from prom.sigv4gate import SigV4Gate
 from sqlalchemy import select
 
 from connectors.cloudwatch_promql import CloudWatchPromQLConfig, CloudWatchPromQLConnector
@@ -64,76 +56,6 @@ def _openmetrics() -> str:
     return "".join(text)
 
 
-class _SigV4Gate:
-    """Checks SigV4 on every GET as AWS would (service ``monitoring``, region ``us-east-1``) and
-    proxies good requests to ``upstream``; counts ``signed`` and ``refused``."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream, self.signed, self.refused = upstream.removeprefix("http://"), 0, 0
-        gate = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                if gate.valid(self.path, dict(self.headers.items())):
-                    gate.signed += 1
-                    conn = http.client.HTTPConnection(gate.upstream, timeout=10)
-                    conn.request("GET", self.path)
-                    answer = conn.getresponse()
-                    status, body = answer.status, answer.read()
-                    conn.close()
-                else:
-                    gate.refused += 1
-                    status, body = (
-                        403,
-                        json.dumps(
-                            {"message": "The request signature we calculated does not match"}
-                        ).encode(),
-                    )
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-
-    def valid(self, path: str, headers: dict[str, str]) -> bool:
-        given, stamp, host = (
-            headers.get("Authorization", ""),
-            headers.get("X-Amz-Date", ""),
-            headers.get("Host", ""),
-        )
-        scope = (
-            f"Credential={KEY}/{stamp[:8]}/us-east-1/monitoring/aws4_request, SignedHeaders=host;x-amz-date, "
-        )
-        request = AWSRequest(
-            method="GET", url=f"http://{host}{path}", headers={"host": host, "X-Amz-Date": stamp}
-        )
-        request.context["timestamp"] = stamp
-        signer = SigV4Auth(Credentials(KEY, SECRET), "monitoring", "us-east-1")
-        canonical = signer.canonical_request(request)
-        expected = signer.signature(signer.string_to_sign(request, canonical), request)
-        return given == f"AWS4-HMAC-SHA256 {scope}Signature={expected}"
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    @contextmanager
-    def running(self) -> Iterator[_SigV4Gate]:
-        self._thread.start()
-        try:
-            yield self
-        finally:
-            self._server.shutdown()
-            self._server.server_close()
-
-
 def _config(url: str, **extra: Any) -> CloudWatchPromQLConfig:
     values = {"name": "otel-ci", "region": "us-east-1", "url": url, "max_retries": 0} | extra
     return CloudWatchPromQLConfig(**values)
@@ -144,7 +66,10 @@ def _session(secret: str = SECRET) -> boto3.Session:
 
 
 def test_signed_queries_give_pods_and_the_idle_gpu_exact_rows(tmp_path: Path, sqlite_url: str) -> None:
-    with running_prometheus(tmp_path, _openmetrics()) as prometheus, _SigV4Gate(prometheus).running() as gate:
+    with (
+        running_prometheus(tmp_path, _openmetrics()) as prometheus,
+        SigV4Gate(prometheus, KEY, SECRET).running() as gate,
+    ):
         engine = make_engine(sqlite_url)
         try:
             connector = CloudWatchPromQLConnector(
@@ -178,7 +103,10 @@ def test_signed_queries_give_pods_and_the_idle_gpu_exact_rows(tmp_path: Path, sq
 
 
 def test_a_wrong_secret_is_refused_and_fatal(tmp_path: Path) -> None:
-    with running_prometheus(tmp_path, _openmetrics()) as prometheus, _SigV4Gate(prometheus).running() as gate:
+    with (
+        running_prometheus(tmp_path, _openmetrics()) as prometheus,
+        SigV4Gate(prometheus, KEY, SECRET).running() as gate,
+    ):
         connector = CloudWatchPromQLConnector(_config(gate.url), session=_session("not-the-secret"))
         with connector, pytest.raises(FatalSourceError, match="HTTP 403"):
             list(connector.collect(START, START + H))
