@@ -122,3 +122,15 @@ class StaticCredential:
 
         self.scopes.append(scopes)
         return AccessToken(self.token, int(time.time()) + self.expires_in_s)
+
+
+def inventory_table(rows: list[list[str]]) -> dict[str, object]:
+    """A Log Analytics answer table for the ``KubePodInventory`` join (``azure_pod_inventory``):
+    its columns, and ``rows`` of them (``[]``: a workspace holding none of the pods asked for)."""
+    from connectors.azure_pod_inventory import COLUMNS
+
+    return {
+        "name": "PrimaryResult",
+        "columns": [{"name": c, "type": "string"} for c in COLUMNS],
+        "rows": rows,
+    }

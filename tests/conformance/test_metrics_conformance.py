@@ -34,7 +34,7 @@ import polars as pl
 import pytest
 from awsfake.fixtures import cloudwatch_config
 from awsfake.server import put_points
-from azurefake.server import Reply, Request, StaticCredential, fake_azure
+from azurefake.server import Reply, Request, StaticCredential, fake_azure, inventory_table
 from gcpfake.build import plain_client, series
 from gcpfake.server import FakeMetricService, running_fake
 from prom.httpstub import Reply as StubReply
@@ -230,7 +230,10 @@ A10 = dt.datetime(2025, 9, 20, 10, tzinfo=dt.UTC)  # the Azure fixtures' hour
 
 
 def _log_analytics(request: Request) -> Reply:
-    """The recorded InsightsMetrics answer, cut to the request's ``timespan`` as the service does."""
+    """The recorded InsightsMetrics answer, cut to the request's ``timespan`` as the service does;
+    the KubePodInventory join answers a workspace that holds none of those pods."""
+    if request.body["query"].lstrip().startswith("KubePodInventory"):
+        return Reply(200, {"tables": [inventory_table([])]})
     body = json.loads((FIXTURES / "azure" / "log_analytics_query_insightsmetrics_gpu.json").read_text())
     first, last = (
         dt.datetime.fromisoformat(t.replace("Z", "+00:00")) for t in request.body["timespan"].split("/")
