@@ -107,8 +107,8 @@ def normalize(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
     batch = _encode(samples, window)
     if batch.frame.is_empty():
         return _decode(_empty_row_frame(), batch)
-    presence = _presence(batch, window)
-    gauges = _gauge_stats(batch, window)
+    presence, owners = _presence(batch, window)
+    gauges = _gauge_stats(batch, window, owners)
     energy = _energy(batch, window)
     rows = presence.join(gauges, on="rk", how="left").join(energy, on="rk", how="left")
     return _decode(rows, batch)
@@ -236,7 +236,9 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     )
 
 
-def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
+def _presence(batch: _Batch, window: Window) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Present milliseconds per ledger row, and per (dev, ts) reading the time the device's next
+    reading names other owners (``_owner_changes``)."""
     key = batch.reading_key
     k = pl.col("k")
     # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
@@ -264,10 +266,33 @@ def _presence(batch: _Batch, window: Window) -> pl.DataFrame:
         .alias("end"),
     )
     pieces = _split_hours(intervals, batch)
-    return pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
+    present = pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
+    return present, _owner_changes(readings)
 
 
-def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
+def _owner_changes(readings: pl.DataFrame) -> pl.DataFrame:
+    """(dev, ts, ``owners_until``): the ts of the device's next reading whose owners or shares
+    differ from this reading's, or null.
+
+    A gauge reading stands for its metric until that metric's next reading — but where another
+    metric's reading names other owners first, presence moves to them there, so the gauge interval
+    ends there too (the rest is unobserved). Otherwise a reading that lacks one metric at an owner
+    change would give the old owner more observed than present time.
+    """
+    owners = (
+        readings.group_by("dev", "ts")
+        .agg((pl.col("wl").hash(1) ^ pl.col("share").hash(2)).sum().alias("sig"))
+        .sort("dev", "ts")
+    )
+    dev = pl.col("dev")
+    changes = (pl.col("sig") != pl.col("sig").shift(1)) | (dev != dev.shift(1))
+    change_ts = pl.when(changes.fill_null(True)).then(pl.col("ts"))
+    # The next change strictly after each reading, within its device.
+    until = change_ts.shift(-1).over("dev").fill_null(strategy="backward").over("dev")
+    return owners.select("dev", "ts", until.alias("owners_until"))
+
+
+def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame) -> pl.DataFrame:
     key = batch.sample_key
     k = pl.col("k")
     gauges = _sorted_unique(
@@ -278,8 +303,8 @@ def _gauge_stats(batch: _Batch, window: Window) -> pl.DataFrame:
     gauges = gauges.with_columns(
         _next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next")
     )
-    gauges = _shares(gauges, key.prefix(k, "ts"))
-    cap = pl.col("ts") + window.max_gap_ms
+    gauges = _shares(gauges, key.prefix(k, "ts")).join(owners, on=["dev", "ts"], how="left")
+    cap = pl.min_horizontal(pl.col("ts") + window.max_gap_ms, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
         "wl",

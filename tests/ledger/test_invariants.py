@@ -139,27 +139,39 @@ _GAUGES = ["gpu_util", "sm_active", "power_w", "mem_used_b"]
 
 @st.composite
 def coherent_batches(draw: st.DrawFn) -> pl.DataFrame:
-    """Readings of two devices: at each reading every metric reports, naming the same workloads
-    (one, or several time-sliced with shares); times, gaps, values and owners at random. A device
-    whose owner never changes may also report any subset of metrics at a reading."""
+    """Readings of two devices at random times; each reading reports a random subset of the
+    metrics, all naming the same owners (one, or several time-sliced with shares), which change
+    from reading to reading at random."""
     out = []
     for device in ("GPU-a", "GPU-b"):
         times = draw(st.lists(st.integers(-H // 1000, 3 * H // 1000), min_size=1, max_size=25, unique=True))
-        fixed = draw(st.sampled_from(["", "job-1", None]))  # None: owners change between readings
         for t in sorted(times):
             ts = T10 + t * 1000
-            if fixed is not None:
-                metrics = draw(st.lists(st.sampled_from([*_GAUGES, "energy_j"]), min_size=1, unique=True))
-                owners = [(fixed, 1.0)]
-            else:
-                metrics = [*_GAUGES, "energy_j"]
-                names = draw(st.lists(st.sampled_from(["", "job-1", "job-2", "job-3"]), min_size=1,
-                                      max_size=3, unique=True))  # fmt: skip
-                owners = [(n, draw(st.floats(0.0, 1.0))) for n in names]
+            metrics = draw(st.lists(st.sampled_from([*_GAUGES, "energy_j"]), min_size=1, unique=True))
+            names = draw(st.lists(st.sampled_from(["", "job-1", "job-2", "job-3"]), min_size=1,
+                                  max_size=3, unique=True))  # fmt: skip
+            owners = [(n, draw(st.floats(0.0, 1.0))) for n in names]
             for metric in metrics:
                 value = draw(st.floats(0.0, 100.0)) if metric != "energy_j" else float(ts // 1000)
                 out += [(device, ts, metric, value, name, share) for name, share in owners]
     return pl.DataFrame(out, schema=SAMPLE_SCHEMA, orient="row")
+
+
+def test_a_reading_lacking_a_metric_at_an_owner_change_ends_that_metric_there() -> None:
+    # GPU util at 10:00:00 (job-1) and 10:00:20 (job-2); memory at 10:00:00 and 10:00:10, where
+    # job-2 takes over. Util's first reading stands for 10:00:00–10:00:10 only (then the owners
+    # change): job-1 observed 10 s = present 10 s; 10:00:10–10:00:20 is unobserved for util.
+    samples = pl.DataFrame(
+        [("D", T10, "gpu_util", 50.0, "job-1", 1.0), ("D", T10, "mem_used_b", 1.0, "job-1", 1.0),
+         ("D", T10 + 10_000, "mem_used_b", 1.0, "job-2", 1.0),
+         ("D", T10 + 20_000, "gpu_util", 50.0, "job-2", 1.0)],
+        schema=SAMPLE_SCHEMA, orient="row",
+    )  # fmt: skip
+    out = normalize(samples, WINDOW).filter(pl.col("hour_index") == 10)
+    got = {r["workload_key"]: (r["present_s"], r["observed_s"]) for r in out.iter_rows(named=True)}
+    # job-2: present 10:00:10 → 10:00:50 (the last reading's 30 s max_gap), observed 10:00:20 → 10:00:50.
+    assert got == {"job-1": (10.0, 10.0), "job-2": (40.0, 30.0)}
+    check_rows(out, {}, connector="dc1")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
