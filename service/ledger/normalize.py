@@ -267,29 +267,36 @@ def _presence(batch: _Batch, window: Window) -> tuple[pl.DataFrame, pl.DataFrame
     )
     pieces = _split_hours(intervals, batch)
     present = pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
-    return present, _owner_changes(readings)
+    return present, _owner_changes(readings, key.prefix(k, "ts"))
 
 
-def _owner_changes(readings: pl.DataFrame) -> pl.DataFrame:
+def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
     """(dev, ts, ``owners_until``): the ts of the device's next reading whose owners or shares
-    differ from this reading's, or null.
+    differ from this reading's, or null. ``readings`` is sorted by ``reading`` (dev, ts) then wl.
 
     A gauge reading stands for its metric until that metric's next reading — but where another
     metric's reading names other owners first, presence moves to them there, so the gauge interval
     ends there too (the rest is unobserved). Otherwise a reading that lacks one metric at an owner
     change would give the old owner more observed than present time.
     """
-    owners = (
-        readings.group_by("dev", "ts")
-        .agg((pl.col("wl").hash(1) ^ pl.col("share").hash(2)).sum().alias("sig"))
-        .sort("dev", "ts")
+    mark = pl.col("wl").hash(1) ^ pl.col("share").hash(2)
+    multi = (reading == reading.shift(1)) | (reading == reading.shift(-1))
+    if readings.select(multi.any()).item():  # time-sliced readings: one signature per (dev, ts)
+        owners = readings.group_by("dev", "ts").agg(mark.sum().alias("sig")).sort("dev", "ts")
+    else:
+        owners = readings.select("dev", "ts", mark.alias("sig"))
+    dev, sig, ts = pl.col("dev"), pl.col("sig"), pl.col("ts")
+    same_as_previous = (dev.shift(1) == dev).fill_null(False)
+    # At each row: its ts where the owners change there, -1 where a new device starts (so the fill
+    # below never reaches into the next device), else null; the first non-null after a row is its answer.
+    change = (
+        pl.when(same_as_previous & (sig != sig.shift(1)))
+        .then(ts)
+        .when(~same_as_previous)
+        .then(pl.lit(-1, dtype=pl.Int64))
     )
-    dev = pl.col("dev")
-    changes = (pl.col("sig") != pl.col("sig").shift(1)) | (dev != dev.shift(1))
-    change_ts = pl.when(changes.fill_null(True)).then(pl.col("ts"))
-    # The next change strictly after each reading, within its device.
-    until = change_ts.shift(-1).over("dev").fill_null(strategy="backward").over("dev")
-    return owners.select("dev", "ts", until.alias("owners_until"))
+    until = change.shift(-1).fill_null(strategy="backward")
+    return owners.select("dev", "ts", pl.when(until >= 0).then(until).alias("owners_until"))
 
 
 def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame) -> pl.DataFrame:
@@ -303,8 +310,13 @@ def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame) -> pl.Data
     gauges = gauges.with_columns(
         _next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next")
     )
-    gauges = _shares(gauges, key.prefix(k, "ts")).join(owners, on=["dev", "ts"], how="left")
-    cap = pl.min_horizontal(pl.col("ts") + window.max_gap_ms, pl.col("owners_until"))
+    gauges = _shares(gauges, key.prefix(k, "ts"))
+    # Only readings whose owners change within max_gap can be cut: usually a small frame.
+    cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
+    cap = pl.col("ts") + window.max_gap_ms
+    if not cuts.is_empty():
+        gauges = gauges.join(cuts, on=["dev", "ts"], how="left")
+        cap = pl.min_horizontal(cap, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
         "wl",
