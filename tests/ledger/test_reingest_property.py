@@ -42,18 +42,19 @@ class _Replay:
         yield SampleBatch(inside.slice(half), self.discover())
 
 
-# Each device keeps one owner: a source naming different owners in different metrics of one
-# device and time breaks observed ≤ present, and the ingest refuses it (tests/ledger/test_invariants.py).
-samples_strategy = st.tuples(
-    st.sampled_from(["", "job-1", "job-2"]), st.sampled_from(["", "job-1", "job-2"])
-).flatmap(
+# At one reading every metric names the same owner (a source naming different owners in different
+# metrics of one device and time breaks observed ≤ present, and the ingest refuses it:
+# tests/ledger/test_invariants.py); owners change between readings: each device has one owner on
+# even minutes and another on odd ones.
+_OWNERS = st.sampled_from(["", "job-1", "job-2"])
+samples_strategy = st.tuples(st.tuples(_OWNERS, _OWNERS), st.tuples(_OWNERS, _OWNERS)).flatmap(
     lambda owners: st.lists(
         st.tuples(
             st.sampled_from([0, 1]),
             st.integers(min_value=-H, max_value=5 * H).map(lambda ms: T0 + ms // 1000 * 1000),
             st.sampled_from(["gpu_util", "sm_active", "energy_j", "power_w"]),
             st.floats(min_value=0, max_value=100, allow_nan=False),
-        ).map(lambda t: (("GPU-a", "GPU-b")[t[0]], t[1], t[2], t[3], owners[t[0]], 1.0)),
+        ).map(lambda t: (("GPU-a", "GPU-b")[t[0]], t[1], t[2], t[3], owners[t[0]][t[1] // 60_000 % 2], 1.0)),
         min_size=1,
         max_size=80,
     )
