@@ -3,7 +3,9 @@
 Rules, where a reading could differ (DESIGN §3.6; docs/ledger-semantics.md says why):
 
 * A gauge reading at ``t`` stands for ``[t, t_next)`` where ``t_next`` is the device's next
-  reading *of the same metric*, capped at ``t + max_gap``; time past the cap is unobserved.
+  reading *of the same metric*, capped at ``t + max_gap`` and at the device's next reading (any
+  metric) that names other owners or shares; time past the cap is unobserved. So no owner is
+  observed longer than it is present (service/ledger/invariants.py checks every row).
 * A device is *present* while any of its metrics reports: each reading (any metric) stands for
   ``[t, t_next_any)`` when the next reading comes within ``presence_gap``, else ``[t, t + max_gap)``
   (a silence longer than ``presence_gap`` means the device was gone).
