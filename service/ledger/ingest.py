@@ -98,7 +98,11 @@ def ingest_window(
         # A window reaching into the current hour is complete only up to now; the scheduler
         # re-reads from the watermark, so the rest of the hour is filled in by the next run.
         now = clock()
-        run.finish(status, now=now, watermark=min(end, max(start, now)))
+        # a connector that can say why it found nothing (the prometheus connector: the selector and
+        # names it asked for) says it in the run's message and lastError
+        missing = status == ConnectorStatus.MISSING_DATA
+        hint = getattr(connector, "missing_data_hint", None) if missing else None
+        run.finish(status, now=now, watermark=min(end, max(start, now)), error=hint)
     return IngestResult(
         connector=name,
         start=start,
