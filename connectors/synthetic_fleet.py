@@ -491,7 +491,7 @@ def _node_devices(pool: Pool, base: int, replica: int) -> list[DeviceSpec]:
                 parent_device_id=parent_id,
                 mig_profile=profile,
                 gpu_fraction=fraction,
-                tdp_w=pool.gpu.tdp_w * fraction,
+                tdp_w=pool.gpu.tdp_w,  # the board's: the TCO estimate scales it by gpu_fraction itself
             )
             gpu_hw = pool.gpu
             out.append(

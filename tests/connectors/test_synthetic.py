@@ -147,6 +147,9 @@ def test_mig_instances_have_fractions_of_seven(coarse: SyntheticConnector, day: 
     assert len(parents) == 1 and next(iter(parents)).startswith("GPU-")  # type: ignore[union-attr]
     assert parents.isdisjoint({d.device_id for d in devices})
     assert all(d.device_id.startswith("MIG-") for d in mig)
+    # tdp_w is the board's, as NVML reports it on an instance: the TCO estimate applies the fraction
+    siblings = {d.tdp_w for d in devices if d.node == mig[0].node and not d.mig_profile}
+    assert {d.tdp_w for d in mig} == siblings and len(siblings) == 1
     assert set(day["device_id"]) >= {d.device_id for d in mig}
     # NVML has no "GPU util" for a MIG instance; the GPUs beside it report everything.
     reported = day.group_by("device_id").agg(pl.col("metric").unique().sort())
