@@ -19,8 +19,8 @@ from pydantic import SecretStr
 from connectors.sdk import ConfigurationError
 
 
-class AwsAccess(Protocol):
-    """The credential keys an AWS connector's config has (read-only: configs are frozen)."""
+class AwsKeys(Protocol):
+    """A profile or static keys (read-only: configs are frozen); neither: boto3's default chain."""
 
     @property
     def profile(self) -> str | None: ...
@@ -28,6 +28,11 @@ class AwsAccess(Protocol):
     def aws_access_key_id(self) -> SecretStr | None: ...
     @property
     def aws_secret_access_key(self) -> SecretStr | None: ...
+
+
+class AwsAccess(AwsKeys, Protocol):
+    """The credential keys an AWS connector's config has, a role to assume, retries and timeouts."""
+
     @property
     def role_arn(self) -> str | None: ...
     @property
@@ -49,7 +54,7 @@ def boto_config(config: AwsAccess) -> BotoConfig:
     )
 
 
-def base_session(config: AwsAccess, source: str) -> boto3.Session:
+def base_session(config: AwsKeys, source: str) -> boto3.Session:
     """The session of the configured profile or static keys (else boto3's default chain)."""
     key, secret = config.aws_access_key_id, config.aws_secret_access_key
     try:

@@ -44,12 +44,13 @@ import boto3
 import httpx
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.exceptions import BotoCoreError, ProfileNotFound
+from botocore.exceptions import BotoCoreError
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 
+from connectors.aws_session import base_session
 from connectors.cloud import auth_error
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
-from connectors.sdk import ConfigurationError, ConnectorConfig
+from connectors.sdk import ConnectorConfig
 
 SOURCE = "cloudwatch_promql"
 OTEL_NODE_LABELS = ("node_name", "node", "kubernetes_node", "NODE_NAME", "hostname", "Hostname")
@@ -111,15 +112,7 @@ class CloudWatchPromQLConfig(PrometheusConfig):
 
 
 def session_for(config: CloudWatchPromQLConfig) -> boto3.Session:
-    key, secret = config.aws_access_key_id, config.aws_secret_access_key
-    try:
-        return boto3.Session(
-            profile_name=config.profile,
-            aws_access_key_id=key.get_secret_value() if key is not None else None,
-            aws_secret_access_key=secret.get_secret_value() if secret is not None else None,
-        )
-    except ProfileNotFound as exc:
-        raise ConfigurationError(f"{SOURCE}: {exc}") from exc
+    return base_session(config, SOURCE)
 
 
 class SigV4HttpxAuth(httpx.Auth):
