@@ -161,6 +161,9 @@ class CloudWatchConfig(CloudMetricsConfig):
       ``role_session_name``) is assumed on top of them through STS.
     * ``account_id``: the 12-digit account; default: ``sts:GetCallerIdentity``.
     * ``endpoint_url``: one endpoint for every AWS API (a VPC endpoint proxy, a local test server).
+    * ``collection_interval_s``: the agent's ``metrics_collection_interval`` for ``nvidia_gpu``
+      (default 60 s, the agent's own default, which the section inherits unless it sets one);
+      one ``SampleCount`` stands for this many observed seconds.
     * ``period_s`` (default 60; 1, 5, 10, 30 or a multiple of 60, as CloudWatch allows), retries,
       timeouts and ``presence_gap_s``: see :class:`connectors.cloud.CloudMetricsConfig`.
     """
@@ -179,6 +182,7 @@ class CloudWatchConfig(CloudMetricsConfig):
     aws_secret_access_key: SecretStr | None = None
     account_id: str | None = Field(None, pattern=r"^\d{12}$")
     endpoint_url: str | None = None
+    collection_interval_s: int = Field(60, ge=1, le=86_400)
 
     @field_validator("period_s")
     @classmethod
@@ -214,10 +218,10 @@ class _Series:
     metric: str
     dims: tuple[tuple[str, str], ...]
 
-    def query(self, qid: str, period: int) -> dict[str, Any]:
+    def query(self, qid: str, period: int, stat: str = "Average") -> dict[str, Any]:
         dimensions = [{"Name": k, "Value": v} for k, v in self.dims]
         metric = {"Namespace": self.namespace, "MetricName": self.metric, "Dimensions": dimensions}
-        return {"Id": qid, "MetricStat": {"Metric": metric, "Period": period, "Stat": "Average"}}
+        return {"Id": qid, "MetricStat": {"Metric": metric, "Period": period, "Stat": stat}}
 
 
 def segments(start_s: int, end_s: int, now_s: int, period_s: int) -> list[tuple[int, int, int]]:
@@ -243,6 +247,52 @@ def segments(start_s: int, end_s: int, now_s: int, period_s: int) -> list[tuple[
             lo = pieces.pop()[0]
         pieces.append((lo, hi, period))
     return pieces
+
+
+def expand(
+    points: pl.DataFrame, period: int, period_s: int, interval_s: int, lo: int, hi: int
+) -> pl.DataFrame:
+    """Datapoints of ``period`` (``series``, ``ts_s`` period start, ``value`` average, ``n``
+    ``SampleCount`` or null for a fully covered period) → readings every ``period_s`` over the
+    seconds they cover, clipped to ``[lo, hi)``: ``series``, ``ts_ms``, ``value``.
+
+    A datapoint covers ``min(n × interval_s, period)`` seconds, i.e. ``k`` readings (rounded to
+    the nearest, at least one where ``n > 0``). Where in its period they lie is unknown; they
+    are placed against the neighbouring datapoint of the same series: at the period's end when
+    only the next period has a datapoint (the GPU came up during this one), else at its start
+    (it went away, or a gap inside a run, or an isolated period). A GPU that ran 10:15–16:15 is
+    then present and observed exactly 10:15–16:15 at 1-hour periods.
+    """
+    slots = period // period_s
+    step = period_s * 1000
+    covered = pl.min_horizontal(pl.col("n").fill_null(math.inf) * interval_s, pl.lit(float(period)))
+    k = (covered / period_s + 0.5).floor().clip(1, slots).cast(pl.Int64)
+    prev = pl.col("ts_s").shift(1).over("series") == pl.col("ts_s") - period
+    after = pl.col("ts_s").shift(-1).over("series") == pl.col("ts_s") + period
+    placed = (
+        points.filter(pl.col("n").is_null() | (pl.col("n") > 0))
+        .sort("series", "ts_s")
+        .with_columns(
+            k.alias("k"), prev.fill_null(False).alias("prev"), after.fill_null(False).alias("after")
+        )
+        .with_columns(
+            pl.when(~pl.col("prev") & pl.col("after")).then(slots - pl.col("k")).otherwise(0).alias("first")
+        )
+        .filter(pl.col("ts_s").is_between(lo // period * period, hi - 1))
+    )
+    if not placed.height:
+        return pl.DataFrame(schema={"series": pl.Int64, "ts_ms": pl.Int64, "value": pl.Float64})
+    repeat = placed["k"].to_numpy()
+    offsets = np.arange(int(repeat.sum()), dtype=np.int64) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+    slot = np.repeat(placed["first"].to_numpy(), repeat) + offsets
+    frame = pl.DataFrame(
+        {
+            "series": np.repeat(placed["series"].to_numpy(), repeat),
+            "ts_ms": np.repeat(placed["ts_s"].to_numpy() * 1000, repeat) + slot * step,
+            "value": np.repeat(placed["value"].to_numpy(), repeat),
+        }
+    )
+    return frame.filter(pl.col("ts_ms").is_between(lo * 1000, hi * 1000, closed="left"))
 
 
 def _ceil(value: int, step: int) -> int:
@@ -502,57 +552,80 @@ class CloudWatchConnector(AwsCalls):
 
     def _fetch(self, region: str, series: list[_Series], lo: int, hi: int, period: int) -> pl.DataFrame:
         """Average datapoints of ``series`` at ``period`` over ``[lo, hi)`` (epoch seconds), each
-        emitted as ``period / period_s`` readings: columns ``series``, ``ts_ms``, ``value``."""
-        cloudwatch = self._client(region, "cloudwatch")
-        start = dt.datetime.fromtimestamp(lo // period * period, dt.UTC)
-        end = dt.datetime.fromtimestamp(_ceil(hi, period), dt.UTC)
+        emitted as readings every ``period_s`` for the seconds it covers: columns ``series``,
+        ``ts_ms``, ``value`` (see :func:`expand`).
+
+        When ``period`` is longer than the agent's ``collection_interval_s`` a datapoint may
+        cover only part of its period, so ``SampleCount`` is asked for beside ``Average`` (same
+        call), one period more on each side so that where a partial period lies does not depend
+        on the window asked for."""
+        counted = period > self.config.collection_interval_s
+        margin = period if counted else 0
+        start = lo // period * period - margin
+        end = _ceil(hi, period) + margin
+        per_call = MAX_QUERIES // 2 if counted else MAX_QUERIES
         index: list[np.ndarray] = []
+        stats: list[np.ndarray] = []
         stamps: list[Any] = []
         values: list[Any] = []
-        for first in range(0, len(series), MAX_QUERIES):
-            queries = [
-                s.query(f"q{first + i}", period) for i, s in enumerate(series[first : first + MAX_QUERIES])
-            ]
-            token: str | None = None
-            while True:
-                request: dict[str, Any] = {
-                    "MetricDataQueries": queries,
-                    "StartTime": start,
-                    "EndTime": end,
-                    "ScanBy": "TimestampAscending",
-                }
-                if token:
-                    request["NextToken"] = token
-                page = self._call(
-                    functools.partial(cloudwatch.get_metric_data, **request), "cloudwatch:GetMetricData"
-                )
-                partial = False
-                for result in page.get("MetricDataResults", []):
-                    partial |= self._check_status(result, region)
-                    ts = result.get("Timestamps", [])
-                    index.append(np.full(len(ts), int(result["Id"][1:]), dtype=np.int64))
-                    stamps.extend(ts)
-                    values.extend(result.get("Values", []))
-                token = page.get("NextToken")
-                if not token:
-                    if partial:
-                        raise RetriableError(
-                            f"{SOURCE} {region}: GetMetricData answered PartialData without a NextToken"
-                        )
-                    break
+        for first in range(0, len(series), per_call):
+            chunk = series[first : first + per_call]
+            queries = [s.query(f"a{first + i}", period) for i, s in enumerate(chunk)]
+            if counted:
+                queries += [s.query(f"n{first + i}", period, "SampleCount") for i, s in enumerate(chunk)]
+            for result in self._results(region, queries, start, end):
+                ts = result.get("Timestamps", [])
+                index.append(np.full(len(ts), int(result["Id"][1:]), dtype=np.int64))
+                stats.append(np.full(len(ts), result["Id"][0] == "n", dtype=np.bool_))
+                stamps.extend(ts)
+                values.extend(result.get("Values", []))
         if not stamps:
             return pl.DataFrame(schema={"series": pl.Int64, "ts_ms": pl.Int64, "value": pl.Float64})
-        ts_ms = pl.Series(stamps, dtype=pl.Datetime("ms", "UTC")).dt.epoch("ms").to_numpy()
-        repeat = period // self.config.period_s
-        offsets = np.arange(repeat, dtype=np.int64) * self.config.period_s * 1000
-        frame = pl.DataFrame(
+        points = pl.DataFrame(
             {
-                "series": np.repeat(np.concatenate(index), repeat),
-                "ts_ms": (ts_ms[:, None] + offsets).ravel(),
-                "value": np.repeat(np.asarray(values, dtype=np.float64), repeat),
+                "series": np.concatenate(index),
+                "count": np.concatenate(stats),
+                "ts_s": pl.Series(stamps, dtype=pl.Datetime("ms", "UTC")).dt.epoch("s"),
+                "value": np.asarray(values, dtype=np.float64),
             }
         )
-        return frame.filter(pl.col("ts_ms").is_between(lo * 1000, hi * 1000, closed="left"))
+        averages = points.filter(~pl.col("count")).drop("count")
+        if counted:
+            counts = points.filter(pl.col("count")).select("series", "ts_s", pl.col("value").alias("n"))
+            averages = averages.join(counts, on=["series", "ts_s"], how="left")
+        else:
+            averages = averages.with_columns(pl.lit(None, pl.Float64).alias("n"))
+        return expand(averages, period, self.config.period_s, self.config.collection_interval_s, lo, hi)
+
+    def _results(
+        self, region: str, queries: list[dict[str, Any]], start: int, end: int
+    ) -> Iterator[dict[str, Any]]:
+        """Every ``MetricDataResult`` of ``queries`` over ``[start, end)``, following ``NextToken``."""
+        cloudwatch = self._client(region, "cloudwatch")
+        token: str | None = None
+        while True:
+            request: dict[str, Any] = {
+                "MetricDataQueries": queries,
+                "StartTime": dt.datetime.fromtimestamp(start, dt.UTC),
+                "EndTime": dt.datetime.fromtimestamp(end, dt.UTC),
+                "ScanBy": "TimestampAscending",
+            }
+            if token:
+                request["NextToken"] = token
+            page = self._call(
+                functools.partial(cloudwatch.get_metric_data, **request), "cloudwatch:GetMetricData"
+            )
+            partial = False
+            for result in page.get("MetricDataResults", []):
+                partial |= self._check_status(result, region)
+                yield result
+            token = page.get("NextToken")
+            if not token:
+                if partial:
+                    raise RetriableError(
+                        f"{SOURCE} {region}: GetMetricData answered PartialData without a NextToken"
+                    )
+                return
 
     def _check_status(self, result: dict[str, Any], region: str) -> bool:
         """Raise on a failed result; True when it is ``PartialData``."""
