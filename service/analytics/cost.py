@@ -50,7 +50,14 @@ from service.analytics.access import ALL
 from service.analytics.dims import Dimension, IdlePolicy
 from service.analytics.fx import NO_CURRENCY, FxTable, check_currency
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select, key_columns
+from service.analytics.query import (
+    GroupKey,
+    LedgerQuery,
+    fetch_columns,
+    group_keys,
+    grouped_select,
+    key_columns,
+)
 from service.analytics.window import hours, money_sum, one_of
 from service.money import allocate, quantize
 
@@ -116,22 +123,25 @@ def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOL
         func.max(src.c.rate_source).label("rs_max"),
     ]
     stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "")
-    parts = []
-    for r in page.check(conn.execute(page.apply(stmt)).all()):
-        parts.append(
-            _Part(
-                key=group_key(q, r),
-                currency=r.currency or NO_CURRENCY,
-                unallocated=bool(r.unallocated),
-                day=r.day if by_day else None,
-                cost=r.cost,
-                idle_cost=r.idle_cost,
-                gpu_hours=float(r.gpu_hours),
-                unpriced_gpu_hours=float(r.unpriced_gpu_hours),
-                rate_sources=frozenset(s for s in (r.rs_min, r.rs_max) if s is not None),
-            )
+    c = fetch_columns(conn, stmt, page)
+    sources = [
+        frozenset(s for s in (lo, hi) if s is not None)
+        for lo, hi in zip(c["rs_min"], c["rs_max"], strict=True)
+    ]
+    return list(
+        map(
+            _Part,
+            group_keys(q, c),
+            [cur or NO_CURRENCY for cur in c["currency"]],
+            map(bool, c["unallocated"]),
+            c["day"] if by_day else [None] * len(sources),
+            c["cost"],
+            c["idle_cost"],
+            map(float, c["gpu_hours"]),
+            map(float, c["unpriced_gpu_hours"]),
+            sources,
         )
-    return parts
+    )
 
 
 def _convert_amounts(amounts: list[Decimal], rate: Decimal) -> list[Decimal]:

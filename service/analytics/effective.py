@@ -7,11 +7,10 @@ from decimal import Decimal
 
 from sqlalchemy import Connection, case
 
-from service.analytics.dims import metric_label
 from service.analytics.fx import NO_CURRENCY
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
-from service.analytics.usage import usage_measures
+from service.analytics.query import GroupKey, LedgerQuery, fetch_columns, group_keys, grouped_select
+from service.analytics.usage import floats, metric_labels, usage_measures
 from service.analytics.window import money_sum
 from service.money import quantize
 
@@ -51,15 +50,15 @@ def effective_cost(
     # Unpriced rows (cost NULL) have no currency: they form their own group, never dilute a price.
     currency = case((src.c.cost.is_(None), None), else_=src.c.currency).label("currency")
     measures = [*usage_measures(src, metric), money_sum(src.c.cost).label("cost")]
-    rows = page.check(conn.execute(page.apply(grouped_select(src, q, measures, [currency]))).all())
-    return [
-        EffectiveCostRow(
-            key=group_key(q, r),
-            currency=r.currency or NO_CURRENCY,
-            gpu_hours=float(r.gpu_hours),
-            effective_gpu_hours=float(r.effective_gpu_hours),
-            cost=r.cost,
-            metric=metric_label(metric, r.min_default_metric, r.max_default_metric),
+    c = fetch_columns(conn, grouped_select(src, q, measures, [currency]), page)
+    return list(
+        map(
+            EffectiveCostRow,
+            group_keys(q, c),
+            [cur or NO_CURRENCY for cur in c["currency"]],
+            floats(c["gpu_hours"]),
+            floats(c["effective_gpu_hours"]),
+            c["cost"],
+            metric_labels(metric, c["min_default_metric"], c["max_default_metric"]),
         )
-        for r in rows
-    ]
+    )

@@ -19,12 +19,18 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, case, func, select
 
-from service.analytics.dims import metric_label
 from service.analytics.errors import UnsupportedThreshold
 from service.analytics.fx import NO_CURRENCY
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select, key_columns
-from service.analytics.usage import metric_columns
+from service.analytics.query import (
+    GroupKey,
+    LedgerQuery,
+    fetch_columns,
+    group_keys,
+    grouped_select,
+    key_columns,
+)
+from service.analytics.usage import floats, metric_columns, metric_labels
 from service.analytics.window import hours, money_share_sum, money_sum
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT, HIST_COLUMNS, HIST_EDGES_PCT
 
@@ -42,7 +48,8 @@ class IdleRow:
     unallocated_idle_gpu_hours: float
     allocated_idle_cost: Decimal
     unallocated_idle_cost: Decimal
-    longest_idle_streak_hours: int
+    #: None when the caller did not ask for it (``idle_waste(..., streak=False)``).
+    longest_idle_streak_hours: int | None
     metric: str
 
     @property
@@ -114,7 +121,8 @@ def _streaks(
     stmt = select(*run_keys, func.max(runs.c.run).label("longest"))
     if run_keys:
         stmt = stmt.group_by(*run_keys)
-    return {group_key(q, r): int(r.longest or 0) for r in conn.execute(stmt)}
+    c = fetch_columns(conn, stmt)
+    return {k: int(n or 0) for k, n in zip(group_keys(q, c), c["longest"], strict=True)}
 
 
 def idle_waste(
@@ -125,12 +133,14 @@ def idle_waste(
     *,
     ledger_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
     page: Page = WHOLE,
+    streak: bool = True,
 ) -> list[IdleRow]:
     """Idle waste per (period, group, currency) of the rows ``q.access`` may read.
 
     A scoped caller's rows hold no unallocated time (nobody's project): the pool is account-wide.
-    Paged in SQL; the streak query still runs over every group of the answer (one more GROUP BY),
-    and only the page's groups are looked up in it.
+    Paged in SQL. ``streak``: whether to compute the longest idle streak (a second query, window
+    functions over ``ledger_hour``: most of the cost of this answer); False leaves it None. It runs
+    over every group of the answer and only the page's groups are looked up in it.
     """
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
     additive = buckets is None and metric is None  # idle_s / idle_cost columns: the rollup serves
@@ -153,18 +163,24 @@ def idle_waste(
         func.max(src.c.default_metric).label("dm_max"),
     ]
     stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")])
-    rows = page.check(conn.execute(page.apply(stmt)).all())
-    streaks = _streaks(conn, q, metric, buckets)
-    return [
-        IdleRow(
-            key=(key := group_key(q, r)),
-            currency=r.currency or NO_CURRENCY,
-            allocated_idle_gpu_hours=float(r.alloc_h),
-            unallocated_idle_gpu_hours=float(r.free_h),
-            allocated_idle_cost=r.alloc_cost,
-            unallocated_idle_cost=r.free_cost,
-            longest_idle_streak_hours=streaks.get(key, 0),
-            metric=metric_label(metric, r.dm_min, r.dm_max),
+    c = fetch_columns(conn, stmt, page)
+    keys = group_keys(q, c)
+    streaks: list[int | None]
+    if streak:
+        longest = _streaks(conn, q, metric, buckets)
+        streaks = [longest.get(k, 0) for k in keys]
+    else:
+        streaks = [None] * len(keys)
+    return list(
+        map(
+            IdleRow,
+            keys,
+            [cur or NO_CURRENCY for cur in c["currency"]],
+            floats(c["alloc_h"]),
+            floats(c["free_h"]),
+            c["alloc_cost"],
+            c["free_cost"],
+            streaks,
+            metric_labels(metric, c["dm_min"], c["dm_max"]),
         )
-        for r in rows
-    ]
+    )

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Subquery, case, null, select
+from sqlalchemy import ColumnElement, Connection, Select, Subquery, case, null, select
 
 from service.analytics.access import Access
 from service.analytics.dims import NO_FILTER, Dimension, Granularity, LedgerFilter
+from service.analytics.paging import WHOLE, Page
 from service.analytics.window import Window, ledger_source, period_key, period_start
 
 PERIOD = "period_key"
@@ -92,7 +93,28 @@ def grouped_select(
     return stmt
 
 
-def group_key(q: LedgerQuery, row: Any) -> GroupKey:
-    m = row._mapping
-    start = period_start(q.granularity, m[PERIOD]) if PERIOD in m else None
-    return GroupKey(start, tuple((d, m[d.name.lower()]) for d in q.group_by))
+def fetch_columns(conn: Connection, stmt: Select[Any], page: Page = WHOLE) -> dict[str, Sequence[Any]]:
+    """``stmt`` paged by ``page``, as its columns by label: one list per column, no per-row mapping."""
+    result = conn.execute(page.apply(stmt))
+    names = list(result.keys())
+    rows = page.check(result.all())
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return dict(zip(names, columns, strict=True))
+
+
+def column_count(columns: dict[str, Sequence[Any]]) -> int:
+    return len(next(iter(columns.values()), ()))
+
+
+def group_keys(q: LedgerQuery, columns: dict[str, Sequence[Any]]) -> list[GroupKey]:
+    """The :class:`GroupKey` of each row of ``columns`` (as :func:`fetch_columns` returns them), in order."""
+    n = column_count(columns)
+    if PERIOD in columns:
+        periods = columns[PERIOD]
+        starts = {k: period_start(q.granularity, k) for k in set(periods)}
+        period: Sequence[Any] = [starts[k] for k in periods]
+    else:
+        period = [None] * n
+    dims = q.group_by
+    values = [columns[d.name.lower()] for d in dims]
+    return [GroupKey(p, tuple(zip(dims, vs, strict=True))) for p, *vs in zip(period, *values, strict=True)]

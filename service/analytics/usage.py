@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from sqlalchemy import Connection, func
 from service.analytics.dims import metric_label
 from service.analytics.errors import InvalidArgument
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, group_key, grouped_select
+from service.analytics.query import GroupKey, LedgerQuery, fetch_columns, group_keys, grouped_select
 from service.analytics.window import hours
 from service.metrics_catalog import UTIL_METRICS
 
@@ -72,16 +73,26 @@ def usage(
     """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL."""
     src = q.source()
     measures = [*usage_measures(src, metric), (func.sum(src.c.energy_j) / J_PER_KWH).label("energy_kwh")]
-    rows = page.check(conn.execute(page.apply(grouped_select(src, q, measures))).all())
-    return [
-        UsageRow(
-            key=group_key(q, r),
-            gpu_hours=float(r.gpu_hours),
-            observed_gpu_hours=float(r.observed_gpu_hours),
-            effective_gpu_hours=float(r.effective_gpu_hours),
-            idle_gpu_hours=float(r.idle_gpu_hours),
-            energy_kwh=None if r.energy_kwh is None else float(r.energy_kwh),
-            metric=metric_label(metric, r.min_default_metric, r.max_default_metric),
+    c = fetch_columns(conn, grouped_select(src, q, measures), page)
+    labels = metric_labels(metric, c["min_default_metric"], c["max_default_metric"])
+    energy = [None if e is None else float(e) for e in c["energy_kwh"]]
+    return list(
+        map(
+            UsageRow,
+            group_keys(q, c),
+            floats(c["gpu_hours"]),
+            floats(c["observed_gpu_hours"]),
+            floats(c["effective_gpu_hours"]),
+            floats(c["idle_gpu_hours"]),
+            energy,
+            labels,
         )
-        for r in rows
-    ]
+    )
+
+
+def floats(column: Sequence[Any]) -> list[float]:
+    return list(map(float, column))
+
+
+def metric_labels(metric: str | None, mins: Sequence[str | None], maxs: Sequence[str | None]) -> list[str]:
+    return [metric_label(metric, lo, hi) for lo, hi in zip(mins, maxs, strict=True)]

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import strawberry
 from strawberry.types import Info
+from strawberry.types.nodes import SelectedField, Selection
 
 from service.analytics import idle as analytics
 from service.api.context import ApiContext
@@ -63,10 +64,22 @@ class IdleWasteRow(LedgerBucket):
             allocated_idle_cost=Money.of(r.allocated_idle_cost, r.currency),
             unallocated_idle_gpu_hours=gql_float(r.unallocated_idle_gpu_hours),
             unallocated_idle_cost=Money.of(r.unallocated_idle_cost, r.currency),
-            longest_idle_streak_hours=r.longest_idle_streak_hours,
+            # None: not selected, so never read (see IdleQuery.idle_waste).
+            longest_idle_streak_hours=r.longest_idle_streak_hours or 0,
             threshold_pct=threshold_pct,
             metric=r.metric.upper(),
         )
+
+
+def selects(selections: Sequence[Selection], name: str) -> bool:
+    """Whether ``name`` is selected under these fields, through fragments too (directives aside:
+    a field under ``@skip``/``@include`` counts as selected, which only computes more)."""
+    for s in selections:
+        if isinstance(s, SelectedField) and s.name == name:
+            return True
+        if selects(s.selections, name):
+            return True
+    return False
 
 
 @strawberry.type
@@ -96,9 +109,16 @@ class IdleQuery:
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
         page = aggregate_page(ctx.settings, "idleWaste", first, after)
         ledger_pct = ctx.settings.idle_threshold_pct
+        streak = selects(info.selected_fields, "longestIdleStreakHours")
         rows = await ctx.read(
             lambda conn: analytics.idle_waste(
-                conn, q, metric_key(metric), threshold_pct, ledger_threshold_pct=ledger_pct, page=page
+                conn,
+                q,
+                metric_key(metric),
+                threshold_pct,
+                ledger_threshold_pct=ledger_pct,
+                page=page,
+                streak=streak,
             )
         )
         cursors = page.cursors(len(rows))
