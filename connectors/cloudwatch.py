@@ -4,8 +4,9 @@
 (configurable: ``namespace``). The connector reads, per region and account, with
 ``ListMetrics`` (to learn each GPU's *exact full* dimension set: ``GetMetricData`` matches no
 subset; moto lists a set once per datapoint batch, so sets are deduplicated) and
-``GetMetricData`` (``MetricStat``, ``Stat=Average``, ``ScanBy=TimestampAscending``, at most 500
-queries a call, following ``NextToken``).
+``GetMetricData`` (``MetricStat``, ``Stat=Average`` and, at periods longer than the agent's
+collection interval, ``SampleCount``; ``ScanBy=TimestampAscending``, at most 500 queries a call,
+following ``NextToken``).
 
 **Mapping** (FORMATS.md §2; the agent publishes no CloudWatch unit):
 
@@ -48,10 +49,24 @@ days, so windows older than 15 / 63 days are asked for at ``lcm(period_s, 300)``
 older than 455 days does not exist and yields nothing. The connector's ``sampling`` is one object,
 ``aggregate_sampling(period_s)``, so every reading it emits stands for exactly ``period_s``: a
 coarse datapoint of period ``P`` is emitted as ``P / period_s`` readings of its average at
-``t, t + period_s, …``. Ledger seconds are then exact at every resolution (busy seconds of a
-5-minute average equal the sum over its minutes), and a missing minute is unobserved, never
-stretched. Each coarse query starts on a multiple of its period and its readings are clipped to
-their age band, so no minute is emitted twice.
+``t, t + period_s, …`` — but only for the seconds it *covers*. **Coverage**: a coarse datapoint
+is an average over the samples the agent sent in its period, however few; counting it as the
+whole period made a GPU that ran 10:15–16:15 seven fully observed GPU-hours at 1-hour periods.
+Where ``P`` exceeds ``collection_interval_s`` (the agent's ``metrics_collection_interval``,
+default 60 s for ``nvidia_gpu`` and for Container Insights' GPU metrics) ``SampleCount`` is read
+beside ``Average`` in the same ``GetMetricData`` call (250 series a call then), and a datapoint
+covers ``min(SampleCount × collection_interval_s, P)`` seconds, i.e. that many ``period_s``
+readings, rounded to the nearest (at least one). Where inside ``P`` they lie is not known; they
+are placed against the neighbouring datapoint of the same series: at the period's end when only
+the next period has one (the GPU came up), else at its start (it went away; a gap inside a run;
+an isolated period). The count is read one period beyond each side of the window, so the
+placement does not depend on the window asked for. The rest of the period is unobserved; the
+ledger keeps it present only between readings less than ``presence_gap_s`` apart. The GPU of
+10:15–16:15 is then 6 GPU-hours at every resolution. With ``period_s`` itself as long as ``P``
+(one reading a period) coverage cannot be finer than the period. Ledger seconds are then exact
+at every resolution (busy seconds of a 5-minute average equal the sum over its minutes), and a
+missing minute is unobserved, never stretched. Each coarse query starts on a multiple of its
+period and its readings are clipped to their age band, so no minute is emitted twice.
 
 **Limits.** ``ListMetrics`` lists only metrics with data in the last two weeks, so a backfill
 further back finds only GPUs that still report. The ``AWS/...`` EC2 metrics are not read.
