@@ -8,14 +8,18 @@ transaction, so late data that rewrites an hour can never leave a stale daily fi
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 
 import polars as pl
-from sqlalchemy import Connection, case, delete, func, insert, or_, select
+from sqlalchemy import Connection, Executable, Table, case, delete, func, insert, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from connectors.base import DeviceInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD, names
 from service.dbtypes import table_of
+from service.ledger import bulk
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
@@ -54,7 +58,13 @@ def replace_hours(
     device_ids: Sequence[str],
     rows: pl.DataFrame,
 ) -> int:
-    """Replace ledger hours ``[start_hour, end_hour)`` of ``source`` and of ``device_ids`` by ``rows``."""
+    """Replace ledger hours ``[start_hour, end_hour)`` of ``source`` and of ``device_ids`` by ``rows``.
+
+    The rows are written column-wise (:mod:`service.ledger.bulk`): ``COPY`` on PostgreSQL, one
+    ``executemany`` of tuples on SQLite, each value in the form its column type would bind (money
+    as exact nanos on SQLite, exact 9-place decimal text into ``NUMERIC`` on PostgreSQL; times as
+    UTC), so the stored rows are the ones ``insert(ledger_hour)`` of Python values would store.
+    """
     table = table_of(LedgerHour)
     scope = (
         or_(table.c.source == source, table.c.device_id.in_(list(device_ids)))
@@ -62,10 +72,47 @@ def replace_hours(
         else (table.c.source == source)
     )
     conn.execute(delete(table).where(table.c.hour_index >= start_hour, table.c.hour_index < end_hour, scope))
-    records = _records(rows)
-    if records:
-        conn.execute(insert(table), records)
-    return len(records)
+    if rows.is_empty():
+        return 0
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        bulk.copy_csv(conn, table.name, _bound(rows, dialect))
+    elif dialect == "sqlite":
+        bulk.insert_tuples(conn, table.name, _bound(rows, dialect))
+    else:
+        conn.execute(insert(table), _records(rows))
+    return rows.height
+
+
+def _hour_frame(rows: pl.DataFrame) -> pl.DataFrame:
+    """Only ``ledger_hour`` columns, money renamed from ``*_nanos``; a column the frame lacks gets
+    its column default (what ``insert(...)`` would have filled in), else null."""
+    frame = rows.rename({k: v for k, v in _MONEY.items() if k in rows.columns})
+    keep = [c for c in frame.columns if c in _HOUR_COLUMNS]
+    missing = []
+    for column in table_of(LedgerHour).columns:
+        if column.name == "id" or column.name in keep:
+            continue
+        default = column.default
+        scalar = default is not None and getattr(default, "is_scalar", False)
+        value = getattr(default, "arg", None) if scalar else None
+        missing.append(pl.lit(value).alias(column.name))
+    return frame.select(keep).with_columns(missing) if missing else frame.select(keep)
+
+
+def _bound(rows: pl.DataFrame, dialect: str) -> pl.DataFrame:
+    """The frame as the database driver takes it (see :func:`replace_hours`)."""
+    frame = _hour_frame(rows)
+    money = [c for c in _MONEY.values() if c in frame.columns]
+    if dialect == "postgresql":
+        return frame.with_columns(
+            *[bulk.nanos_text(c) for c in money],
+            bulk.pg_time("hour_start"),
+        )
+    return frame.with_columns(
+        *[pl.col(c).cast(pl.Int64) for c in money],
+        bulk.sqlite_time("hour_start"),
+    )
 
 
 def _records(rows: pl.DataFrame) -> list[dict[str, object]]:
@@ -103,44 +150,62 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
 
 
 def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo], seen: pl.DataFrame) -> None:
-    """Insert or refresh devices; ``seen`` has device_id, first_ms, last_ms, metrics (comma list)."""
+    """Insert or refresh devices; ``seen`` has device_id, first_ms, last_ms, metrics (comma list).
+
+    A refreshed device keeps the earliest ``first_seen``, the latest ``last_seen`` and the union of
+    its metrics; its description and source become the batch's. Two statements per batch however
+    many devices: one ``SELECT`` of the batch's known devices (in chunks of ``KEY_CHUNK`` ids) and
+    one ``INSERT … ON CONFLICT (device_id) DO UPDATE`` executed over all of them.
+    """
     table = table_of(Device)
     by_id = {d.device_id: d for d in devices}
     seen_by_id = {r["device_id"]: r for r in seen.to_dicts()}
-    existing = {
-        r.device_id: r
-        for r in conn.execute(select(table).where(table.c.device_id.in_(list(by_id)))).mappings()
-        if r is not None
-    }
-    for device_id, info in by_id.items():
-        stats = seen_by_id.get(device_id)
-        if stats is None:
-            continue
+    wanted = [device_id for device_id in by_id if device_id in seen_by_id]
+    if not wanted:
+        return
+    existing: dict[str, tuple[dt.datetime, dt.datetime, str]] = {}
+    for i in range(0, len(wanted), KEY_CHUNK):
+        chunk = wanted[i : i + KEY_CHUNK]
+        query = select(table.c.device_id, table.c.first_seen, table.c.last_seen, table.c.metrics).where(
+            table.c.device_id.in_(chunk)
+        )
+        existing.update((r.device_id, (r.first_seen, r.last_seen, r.metrics)) for r in conn.execute(query))
+    records: list[dict[str, object]] = []
+    for device_id in wanted:
+        info, stats = by_id[device_id], seen_by_id[device_id]
         first = from_ms(stats["first_ms"])
         last = from_ms(stats["last_ms"])
-        values = {f: getattr(info, f) for f in names(DEVICE) if f != "device_id"}
-        values["source"] = source
-        old = existing.get(device_id)
         metrics = set(filter(None, (stats["metrics"] or "").split(",")))
-        if old is None:
-            conn.execute(
-                insert(table).values(
-                    device_id=device_id,
-                    first_seen=first,
-                    last_seen=last,
-                    metrics=",".join(sorted(metrics)),
-                    **values,
-                )
-            )
-        else:
-            metrics |= set(filter(None, old["metrics"].split(",")))
-            conn.execute(
-                table.update()
-                .where(table.c.device_id == device_id)
-                .values(
-                    first_seen=min(first, old["first_seen"]),
-                    last_seen=max(last, old["last_seen"]),
-                    metrics=",".join(sorted(metrics)),
-                    **values,
-                )
-            )
+        old = existing.get(device_id)
+        if old is not None:
+            first, last = min(first, old[0]), max(last, old[1])
+            metrics |= set(filter(None, old[2].split(",")))
+        record: dict[str, object] = {f: getattr(info, f) for f in names(DEVICE) if f != "device_id"}
+        record.update(
+            device_id=device_id,
+            source=source,
+            first_seen=first,
+            last_seen=last,
+            metrics=",".join(sorted(metrics)),
+        )
+        records.append(record)
+    conn.execute(_upsert(table, conn.dialect.name, [c for c in records[0] if c != "device_id"]), records)
+
+
+def _upsert(table: Table, dialect: str, columns: Sequence[str]) -> Executable:
+    """``INSERT … ON CONFLICT (device_id) DO UPDATE SET`` each of ``columns`` to the new value."""
+    if dialect == "postgresql":
+        pg = pg_insert(table)
+        return pg.on_conflict_do_update(
+            index_elements=[table.c.device_id], set_={c: pg.excluded[c] for c in columns}
+        )
+    if dialect == "sqlite":
+        lite = sqlite_insert(table)
+        return lite.on_conflict_do_update(
+            index_elements=[table.c.device_id], set_={c: lite.excluded[c] for c in columns}
+        )
+    raise NotImplementedError(f"upsert_devices: no INSERT … ON CONFLICT for {dialect}")
+
+
+#: Device ids per ``IN (…)`` of :func:`upsert_devices`: under both databases' parameter limits.
+KEY_CHUNK = 5_000

@@ -1,0 +1,74 @@
+"""Bulk writes of a Polars frame without per-row Python bind processing.
+
+* PostgreSQL: ``COPY … FROM STDIN`` of CSV written by Polars on the connection's own driver
+  connection (so inside the caller's transaction): a null is an unquoted empty field, an empty
+  string ``""``; floats in their shortest round-trip text, which ``float8`` reads back to the same
+  double; booleans ``true``/``false``.
+* SQLite: one ``INSERT … VALUES (?, …)`` executed over the rows as tuples (``executemany``), in
+  slices so a batch's Python tuples are never all alive at once.
+
+The caller gives each column already in the form its column type would bind (see
+:func:`sqlite_time`, :func:`pg_time`, :func:`nanos_text`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from sqlalchemy import Connection
+
+#: SQLAlchemy's ``DateTime`` storage format on SQLite (naive UTC text, always with microseconds).
+SQLITE_TIME = "%Y-%m-%d %H:%M:%S%.6f"
+#: UTC text for ``timestamptz`` input.
+PG_TIME = "%Y-%m-%d %H:%M:%S%.6f+00"
+_COPY_BLOCK = 1 << 20
+_TUPLE_ROWS = 10_000
+_NANOS = 1_000_000_000
+
+
+def sqlite_time(column: str) -> pl.Expr:
+    """An aware datetime column as SQLite's stored text of its UTC instant."""
+    return pl.col(column).dt.convert_time_zone("UTC").dt.replace_time_zone(None).dt.strftime(SQLITE_TIME)
+
+
+def pg_time(column: str) -> pl.Expr:
+    """An aware datetime column as ``timestamptz`` input text of its UTC instant."""
+    return pl.col(column).dt.convert_time_zone("UTC").dt.strftime(PG_TIME)
+
+
+def nanos_text(column: str) -> pl.Expr:
+    """Integer nano-units as exact decimal text with 9 places (``-1`` → ``-0.000000001``)."""
+    value = pl.col(column).cast(pl.Int64)
+    magnitude = value.abs()
+    return pl.concat_str(
+        pl.when(value < 0).then(pl.lit("-")).otherwise(pl.lit("")),
+        (magnitude // _NANOS).cast(pl.String),
+        pl.lit("."),
+        (magnitude % _NANOS).cast(pl.String).str.zfill(9),
+    ).alias(column)
+
+
+def copy_csv(conn: Connection, table: str, frame: pl.DataFrame) -> None:
+    """``COPY table (frame's columns) FROM STDIN`` on PostgreSQL, in ``conn``'s transaction."""
+    if frame.is_empty():
+        return
+    names = ", ".join(f'"{c}"' for c in frame.columns)
+    data = frame.write_csv(include_header=False)
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection in use has its driver connection"
+    cursor = driver.cursor()
+    try:
+        with cursor.copy(f'COPY "{table}" ({names}) FROM STDIN (FORMAT csv)') as copy:
+            for i in range(0, len(data), _COPY_BLOCK):
+                copy.write(data[i : i + _COPY_BLOCK])
+    finally:
+        cursor.close()
+
+
+def insert_tuples(conn: Connection, table: str, frame: pl.DataFrame) -> None:
+    """One ``INSERT`` statement executed over the frame's rows (SQLite's ``?`` parameters)."""
+    if frame.is_empty():
+        return
+    names = ", ".join(f'"{c}"' for c in frame.columns)
+    sql = f'INSERT INTO "{table}" ({names}) VALUES ({", ".join("?" * frame.width)})'
+    for rows in frame.iter_slices(_TUPLE_ROWS):
+        conn.exec_driver_sql(sql, rows.rows())
