@@ -53,6 +53,7 @@ from service.analytics.paging import WHOLE, Page
 from service.analytics.query import (
     GroupKey,
     LedgerQuery,
+    collector_paused,
     fetch_columns,
     group_keys,
     grouped_select,
@@ -106,6 +107,7 @@ def _count_groups(conn: Connection, q: LedgerQuery) -> int:
     return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
 
 
+@collector_paused
 def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOLE) -> list[_Part]:
     """One part per SQL group (per day too when ``by_day``), in the SQL order, ``page`` of them."""
     src = q.source()

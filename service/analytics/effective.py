@@ -9,7 +9,14 @@ from sqlalchemy import Connection, case
 
 from service.analytics.fx import NO_CURRENCY
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, fetch_columns, group_keys, grouped_select
+from service.analytics.query import (
+    GroupKey,
+    LedgerQuery,
+    collector_paused,
+    fetch_columns,
+    group_keys,
+    grouped_select,
+)
 from service.analytics.usage import floats, metric_labels, usage_measures
 from service.analytics.window import money_sum
 from service.money import quantize
@@ -41,6 +48,7 @@ class EffectiveCostRow:
         return None if self.currency == NO_CURRENCY else _per(self.cost, self.effective_gpu_hours)
 
 
+@collector_paused
 def effective_cost(
     conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
 ) -> list[EffectiveCostRow]:

@@ -25,6 +25,7 @@ from service.analytics.paging import WHOLE, Page
 from service.analytics.query import (
     GroupKey,
     LedgerQuery,
+    collector_paused,
     fetch_columns,
     group_keys,
     grouped_select,
@@ -125,6 +126,7 @@ def _streaks(
     return {k: int(n or 0) for k, n in zip(group_keys(q, c), c["longest"], strict=True)}
 
 
+@collector_paused
 def idle_waste(
     conn: Connection,
     q: LedgerQuery,

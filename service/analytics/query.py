@@ -4,9 +4,11 @@ SQL GROUP BY."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import functools
+import gc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Select, Subquery, case, null, select
 
@@ -16,6 +18,8 @@ from service.analytics.paging import WHOLE, Page
 from service.analytics.window import Window, ledger_source, period_key, period_start
 
 PERIOD = "period_key"
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,3 +122,25 @@ def group_keys(q: LedgerQuery, columns: dict[str, Sequence[Any]]) -> list[GroupK
     dims = q.group_by
     values = [columns[d.name.lower()] for d in dims]
     return [GroupKey(p, tuple(zip(dims, vs, strict=True))) for p, *vs in zip(period, *values, strict=True)]
+
+
+def collector_paused(fn: Callable[P, T]) -> Callable[P, T]:
+    """Run ``fn`` with Python's cyclic garbage collector paused.
+
+    A large answer allocates a few objects per row, none in a cycle and all kept: the collector's
+    passes over them cost as much again as building them (720k rows: measured about half the time).
+    Collection resumes when ``fn`` returns; with threads, one that ends its pause first only resumes
+    collection early for the others, and one that found it paused leaves it so.
+    """
+
+    @functools.wraps(fn)
+    def paused(*args: P.args, **kwargs: P.kwargs) -> T:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused

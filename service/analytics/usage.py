@@ -11,7 +11,14 @@ from sqlalchemy import Connection, func
 from service.analytics.dims import metric_label
 from service.analytics.errors import InvalidArgument
 from service.analytics.paging import WHOLE, Page
-from service.analytics.query import GroupKey, LedgerQuery, fetch_columns, group_keys, grouped_select
+from service.analytics.query import (
+    GroupKey,
+    LedgerQuery,
+    collector_paused,
+    fetch_columns,
+    group_keys,
+    grouped_select,
+)
 from service.analytics.window import hours
 from service.metrics_catalog import UTIL_METRICS
 
@@ -67,6 +74,7 @@ class UsageRow:
         return pct(self.observed_gpu_hours, self.gpu_hours)
 
 
+@collector_paused
 def usage(
     conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
 ) -> list[UsageRow]:
