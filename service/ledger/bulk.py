@@ -4,8 +4,8 @@
   connection (so inside the caller's transaction): a null is an unquoted empty field, an empty
   string ``""``; floats in their shortest round-trip text, which ``float8`` reads back to the same
   double; booleans ``true``/``false``.
-* SQLite: one ``INSERT … VALUES (?, …)`` executed over the rows as tuples (``executemany``), in
-  slices so a batch's Python tuples are never all alive at once.
+* SQLite: one ``INSERT … VALUES (?, …)`` executed over the rows as tuples (one ``executemany``
+  fed lazily, so a batch's Python tuples are never all alive at once).
 
 The caller gives each column already in the form its column type would bind (see
 :func:`sqlite_time`, :func:`pg_time`, :func:`nanos_text`).
@@ -65,10 +65,17 @@ def copy_csv(conn: Connection, table: str, frame: pl.DataFrame) -> None:
 
 
 def insert_tuples(conn: Connection, table: str, frame: pl.DataFrame) -> None:
-    """One ``INSERT`` statement executed over the frame's rows (SQLite's ``?`` parameters)."""
+    """One ``INSERT`` statement, one ``executemany`` over the frame's rows (SQLite's ``?``
+    parameters) on ``conn``'s driver connection, in its transaction; the row tuples are made
+    ``_TUPLE_ROWS`` at a time as the driver consumes them."""
     if frame.is_empty():
         return
     names = ", ".join(f'"{c}"' for c in frame.columns)
     sql = f'INSERT INTO "{table}" ({names}) VALUES ({", ".join("?" * frame.width)})'
-    for rows in frame.iter_slices(_TUPLE_ROWS):
-        conn.exec_driver_sql(sql, rows.rows())
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection in use has its driver connection"
+    cursor = driver.cursor()
+    try:
+        cursor.executemany(sql, frame.iter_rows(buffer_size=_TUPLE_ROWS))
+    finally:
+        cursor.close()
