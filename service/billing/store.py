@@ -16,6 +16,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 
 from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
 from service.dbtypes import table_of
+from service.ledger import bulk
 from service.models import BillingFile, BillingLine, Rejection
 
 #: Keys per ``IN (…)`` query: under SQLite's and PostgreSQL's bound-parameter limits.
@@ -28,10 +29,6 @@ _PROBE = "billing_key_probe"
 _EXACT = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]  # Money / Quantity columns
 _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S%.6f"  # SQLAlchemy's DateTime storage format on SQLite
-_PG_TIME = "%Y-%m-%d %H:%M:%S%.6f+00"
-_COPY_BLOCK = 1 << 20
-_TUPLE_ROWS = 10_000
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
 
@@ -162,28 +159,15 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
     if lines.is_empty():
         return 0
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
-    names = ", ".join(frame.columns)
     dialect = conn.dialect.name
     if dialect == "sqlite":
         frame = frame.with_columns(
             *[(pl.col(c) * _NANOS).cast(pl.Int64) for c in _EXACT],
-            *[pl.col(c).dt.replace_time_zone(None).dt.strftime(_SQLITE_TIME) for c in _TIMES],
+            *[bulk.sqlite_time(c) for c in _TIMES],
         )
-        sql = f"INSERT INTO billing_line ({names}) VALUES ({', '.join('?' * frame.width)})"
-        # Slices: the Python tuples of a whole batch would be its largest transient.
-        for rows in frame.iter_slices(_TUPLE_ROWS):
-            conn.exec_driver_sql(sql, rows.rows())
+        bulk.insert_tuples(conn, "billing_line", frame)
     elif dialect == "postgresql":
-        data = frame.write_csv(include_header=False, datetime_format=_PG_TIME)
-        driver = conn.connection.driver_connection
-        assert driver is not None, "a connection in use has its driver connection"
-        cursor = driver.cursor()
-        try:
-            with cursor.copy(f"COPY billing_line ({names}) FROM STDIN (FORMAT csv)") as copy:
-                for i in range(0, len(data), _COPY_BLOCK):
-                    copy.write(data[i : i + _COPY_BLOCK])
-        finally:
-            cursor.close()
+        bulk.copy_csv(conn, "billing_line", frame.with_columns(bulk.pg_time(c) for c in _TIMES))
     else:
         conn.execute(insert(_LINES), frame.to_dicts())
     return frame.height
