@@ -7,16 +7,13 @@ through the running app over HTTP (GraphQL selections, fragments included).
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from api.conftest import serve
 from ledger_rows import at, row
 from sqlalchemy import Engine, event
 
@@ -25,8 +22,6 @@ from service.analytics.dims import Dimension, Granularity
 from service.analytics.idle import IdleRow, idle_waste
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
-from service.app import create_app
-from service.settings import Settings
 
 D = Decimal
 IDLE_0_1 = {"idle_s": 3600.0, "hist_0_1_s": 3600.0, "obs_s_sm_active": 3600.0, "idle_s_sm_active": 3600.0}
@@ -108,31 +103,18 @@ def test_hourly_streaks_as_before(engine: Engine, ledger: None) -> None:
 @pytest.fixture
 def gql(engine: Engine) -> Iterator[Any]:
     """The real app under uvicorn in a thread, on this engine; ``gql(query) -> idleWaste rows``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    settings = Settings(database_url=str(engine.url), auth={"anonymous_read": True})
-    config = uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
+    running = serve(engine)
+    base = next(running)
 
     def query(text: str) -> list[dict[str, Any]]:
-        r = httpx.post(
-            f"http://127.0.0.1:{port}/graphql", json={"query": text, "variables": {"w": W}}, timeout=30
-        )
+        r = httpx.post(f"{base}/graphql", json={"query": text, "variables": {"w": W}}, timeout=30)
         body = r.json()
         assert "errors" not in body, body
         rows: list[dict[str, Any]] = body["data"]["idleWaste"]
         return rows
 
     yield query
-    server.should_exit = True
-    thread.join(10)
+    running.close()  # stops the server
 
 
 OTHER = (
