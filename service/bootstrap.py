@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from service.db import migrate, session_scope
+from service.ledger import version as ledger_version
 from service.scheduler import sync_connector_states
 from service.settings import Settings
 
@@ -20,6 +21,7 @@ def sync_config(engine: Engine, settings: Settings) -> None:
     with session_scope(engine) as session:
         sync_rate_cards(session, settings.rate_cards)
         sync_fx_rates(session, settings.fx_rates)
+        ledger_version.bump_session(session)  # rate cards and FX rates change answers
     sync_connector_states(engine, settings.connectors)
 
 

@@ -428,3 +428,110 @@ class ApiToken(SQLModel, table=True):
     expires_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
     revoked_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
     last_used_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+
+
+# --- answer cache: which state of the ledger an answer was computed from ---------------------
+
+
+class LedgerVersion(SQLModel, table=True):
+    """One row (``id`` 1) whose ``version`` goes up by one in the same transaction as every
+    committed write that can change an API answer (``service.ledger.version.bump``). A cached answer
+    is keyed by it, so an answer computed before a commit is never served after it, in any process."""
+
+    __tablename__ = "ledger_version"
+
+    id: int = Field(default=1, primary_key=True, sa_column_kwargs={"autoincrement": False})
+    version: int = Field(default=0, sa_type=BigInteger, description="bumped by every answer-changing commit")
+
+
+# --- dashboard rollups: the ledger summed over devices, per hour and per day (service.ledger.rollups)
+
+
+class LedgerGroupFacts(SQLModel):
+    """``ledger_hour`` summed over the devices that share every non-device dimension an answer may be
+    grouped or filtered by. Device-level columns (device_id, node, instance_id, mig_profile, source,
+    workload_key, workload) are not kept: a question about them reads the device-level ledger."""
+
+    # keys (NULL is one group, as in GROUP BY)
+    environment: str = Field(max_length=16)
+    provider: str | None = Field(default=None, max_length=32)
+    account: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=100)
+    cluster: str | None = Field(default=None, max_length=200)
+    instance_type: str | None = Field(default=None, max_length=100)
+    gpu_model: str | None = Field(default=None, max_length=100)
+    gpu_fraction: float = Field(default=1.0, description="kept as a key: GPU-hours weigh seconds by it")
+    project: str | None = Field(default=None, max_length=200)
+    team: str | None = Field(default=None, max_length=200)
+    user_name: str | None = Field(default=None, max_length=200)
+    namespace: str | None = Field(default=None, max_length=200)
+    unallocated: bool = Field(default=False, description="workload_key = '' (time nobody held)")
+    default_metric: str = Field(max_length=20)
+    currency: str | None = Field(default=None, max_length=3)
+    rate_source: str | None = Field(default=None, max_length=200)
+    # measures: sums of the hours' (seconds, joules, money), maxima of the hours' maxima
+    hour_rows: int = Field(default=0, description="ledger_hour rows folded into this one")
+    present_s: float = 0.0
+    observed_s: float = 0.0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    hist_0_1_s: float = 0.0
+    hist_1_5_s: float = 0.0
+    hist_5_10_s: float = 0.0
+    hist_10_25_s: float = 0.0
+    hist_25_50_s: float = 0.0
+    hist_50_75_s: float = 0.0
+    hist_75_100_s: float = 0.0
+    obs_s_gpu_util: float = 0.0
+    busy_s_gpu_util: float = 0.0
+    idle_s_gpu_util: float = 0.0
+    obs_s_sm_active: float = 0.0
+    busy_s_sm_active: float = 0.0
+    idle_s_sm_active: float = 0.0
+    obs_s_tensor_active: float = 0.0
+    busy_s_tensor_active: float = 0.0
+    idle_s_tensor_active: float = 0.0
+    obs_s_mem_bw: float = 0.0
+    busy_s_mem_bw: float = 0.0
+    idle_s_mem_bw: float = 0.0
+    energy_j: float | None = None
+    energy_estimated: bool = False
+    mem_used_max_b: float | None = None
+    mem_total_b: float | None = None
+    temp_max_c: float | None = None
+    cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+    idle_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+    energy_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
+
+
+class LedgerGroupHour(LedgerGroupFacts, table=True):
+    """Per UTC hour: rebuilt with ``ledger_day`` for every day an ingest touches."""
+
+    __tablename__ = "ledger_group_hour"
+    __table_args__ = (Index("ix_ledger_group_hour_hour_index", "hour_index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour_index: int = Field(description="hours since 1970-01-01T00Z")
+    day_index: int
+    month_index: int
+
+
+class LedgerGroupDay(LedgerGroupFacts, table=True):
+    """Per UTC day: the sum of the day's ``ledger_group_hour`` rows."""
+
+    __tablename__ = "ledger_group_day"
+    __table_args__ = (Index("ix_ledger_group_day_day_index", "day_index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    day_index: int
+    month_index: int
+
+
+class LedgerRetention(SQLModel, table=True):
+    """One row (``id`` 1): ``ledger_hour`` holds no hour before ``hours_before`` (``gpu-ledger prune``
+    dropped them); ``ledger_day`` and the group rollups keep those days, and no writer may rebuild them."""
+
+    __tablename__ = "ledger_retention"
+
+    id: int = Field(default=1, primary_key=True, sa_column_kwargs={"autoincrement": False})
+    hours_before: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)

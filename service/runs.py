@@ -26,6 +26,7 @@ from sqlmodel import Session, col
 
 from connectors.base import ConnectorStatus
 from service import runlocks
+from service.ledger import version as ledger_version
 from service.models import ConnectorRun, ConnectorState
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def begin_run(
                 owner_lock=lock.key if lock is not None else None,
             )
             session.add(run)
+            ledger_version.bump_session(session)  # the `connectors` answer changes
             session.commit()
             assert run.id is not None
             run_id = run.id
@@ -107,6 +109,7 @@ def finish_run(
                 totals.get("findings", 0),
             )
             session.add_all([state, run])
+            ledger_version.bump_session(session)
             session.commit()
     finally:
         # Only now — until its end is committed, the run must look alive to every other process.
@@ -178,6 +181,7 @@ def abort_orphaned_runs(
                 )
                 .values(status=ConnectorStatus.ABORTED, last_error=error)
             )
+            ledger_version.bump(conn)
         run.status, run.finished_at, run.error = ConnectorStatus.ABORTED, now, error
         aborted.append(run)
         log.warning("run %s of connector %s %s", run.id, run.connector, error)

@@ -28,6 +28,7 @@ from connectors.registry import Registry, default_registry
 from connectors.sdk import ConnectorConfig, ConnectorError, ConnectorStatus, close_connector
 from service.db import session_scope
 from service.failures import Failure, NextStep, classify, log_traceback_once
+from service.ledger import version as ledger_version
 from service.logging import get_logger
 from service.models import ConnectorState
 from service.telemetry import Telemetry, utc_now
@@ -123,6 +124,7 @@ def sync_connector_states(
             elif state.status in (ConnectorStatus.DISABLED, ConnectorStatus.INVALID_CONFIGURATION):
                 state.status = ConnectorStatus.NEVER_RUN if state.last_run_at is None else ConnectorStatus.OK
             session.add(state)
+        ledger_version.bump_session(session)  # the `connectors` answer changes
 
 
 def _record_failure(engine: Engine, name: str, status: ConnectorStatus, error: str, now: dt.datetime) -> None:
@@ -132,6 +134,7 @@ def _record_failure(engine: Engine, name: str, status: ConnectorStatus, error: s
             return
         state.status, state.last_error, state.last_run_at = status, error[:4000], now
         session.add(state)
+        ledger_version.bump_session(session)
 
 
 class Scheduler:

@@ -86,6 +86,7 @@ from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
 from service.dbtypes import table_of
+from service.ledger import version as ledger_version
 from service.models import BillingLine
 from service.run_recorder import RunRecorder
 
@@ -254,6 +255,7 @@ def ingest_billing(
     with engine.begin() as conn:
         notice = currency_mix.notice(currencies, currency_mix.fx_pairs(conn))
         currency_mix.set_connector_notice(conn, name, notice)
+        ledger_version.bump(conn)
     if notice:
         log.warning("billing %s: %s", name, notice)
     if status == ConnectorStatus.DEGRADED:
@@ -508,6 +510,7 @@ class _Importer:
         with self.engine.begin() as conn:
             store.replace_file_rows(conn, self.source, [_file_row(summary, self.clock())])
             store.insert_rejections(conn, self.run.run_id, self.source, [error.row])
+            ledger_version.bump(conn)
         self.files.append(summary)
         if self.on_file is not None:
             self.on_file(summary)
@@ -535,6 +538,7 @@ class _Importer:
                     now,
                 )
             store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
+            ledger_version.bump(unit.conn)  # lines, findings and files change answers
             unit.conn.commit()
         finally:
             _close(unit)  # rolls back what was not committed

@@ -63,6 +63,7 @@ from connectors.sdk.shapes import DEVICE
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.dbtypes import table_of
 from service.ledger import store
+from service.ledger import version as ledger_version
 from service.models import BillingLine, Device, GpuRate, LedgerHour
 from service.money import Money, Quantity, from_nanos, to_nanos
 from service.pricing.apply import INPUT_COLUMNS, PriceBook, price_rows
@@ -459,6 +460,7 @@ def reprice(
         _reprice_orphans(conn, start_h, end_h, repriced_ids)
         if end_h > start_h:
             store.rebuild_days(conn, start_h // 24, (end_h - 1) // 24)
+        ledger_version.bump(conn)
     return RepriceResult(start, end, len(book), len(rates), len(updates), len(unmonitored))
 
 

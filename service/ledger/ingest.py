@@ -20,6 +20,7 @@ from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, Worklo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
 from service.dbtypes import table_of
 from service.ledger import store
+from service.ledger import version as ledger_version
 from service.ledger.invariants import check_rows
 from service.ledger.normalize import Window, normalize
 from service.ledger.validate import validate_samples
@@ -155,6 +156,7 @@ def _ingest_chunk(
                 table_of(Rejection).insert(),
                 [{"run_id": run.run_id, "connector": name, **r} for r in checked.rejections],
             )
+        ledger_version.bump(conn)  # last: cached answers of every process are stale from this commit
     run.counts.add(accepted=checked.accepted.height, rejected=checked.rejected, ledger_rows=written)
     return ids
 
