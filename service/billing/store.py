@@ -100,20 +100,16 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.Data
     """Lines of ``source`` stored under ``keys`` — including lines this connection inserted
     earlier in its open transaction: ``line_key``, ``source_file``, ``line_no``.
 
-    One query per call, whatever the number of keys: PostgreSQL takes the keys as one array
-    parameter (``= ANY``); SQLite, which has no arrays and a bound-parameter limit, gets them in a
-    temporary table joined on the ``(source, line_key)`` unique index.
+    One join per call, whatever the number of keys: the keys go into a temporary table — by
+    ``COPY`` on PostgreSQL, one ``executemany`` on SQLite — joined on the ``(source, line_key)``
+    unique index. Nothing grows with what is stored: each stored line is looked up by its key.
     """
     schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
     unique = list(dict.fromkeys(keys))
     if not unique:
         return pl.DataFrame(schema=schema)
     if conn.dialect.name == "postgresql":
-        found = conn.exec_driver_sql(
-            "SELECT line_key, source_file, line_no FROM billing_line"
-            " WHERE source = %s AND line_key = ANY(%s)",
-            (source, unique),
-        ).all()
+        found = _probe_postgresql(conn, source, unique)
     elif conn.dialect.name == "sqlite":
         conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {_PROBE} (line_key TEXT PRIMARY KEY)")
         conn.exec_driver_sql(f"DELETE FROM temp.{_PROBE}")
@@ -121,22 +117,44 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.Data
         # CROSS JOIN fixes the loop order (SQLite's rule): each probe key looks up the unique
         # (source, line_key) index. Left to itself the planner scanned the source's lines by the
         # source_file index instead: 23 s of a 1M-line import.
-        found = conn.exec_driver_sql(
-            f"SELECT l.line_key, l.source_file, l.line_no FROM temp.{_PROBE} AS k"
-            " CROSS JOIN billing_line AS l WHERE l.source = ? AND l.line_key = k.line_key",
-            (source,),
-        ).all()
+        found = [
+            tuple(r)
+            for r in conn.exec_driver_sql(
+                f"SELECT l.line_key, l.source_file, l.line_no FROM temp.{_PROBE} AS k"
+                " CROSS JOIN billing_line AS l WHERE l.source = ? AND l.line_key = k.line_key",
+                (source,),
+            )
+        ]
         conn.exec_driver_sql(f"DELETE FROM temp.{_PROBE}")
     else:
         found = []
         for i in range(0, len(unique), KEY_CHUNK):
             chunk = unique[i : i + KEY_CHUNK]
-            found += conn.execute(
-                select(_LINES.c.line_key, _LINES.c.source_file, _LINES.c.line_no).where(
-                    _LINES.c.source == source, _LINES.c.line_key.in_(chunk)
+            found += [
+                tuple(r)
+                for r in conn.execute(
+                    select(_LINES.c.line_key, _LINES.c.source_file, _LINES.c.line_no).where(
+                        _LINES.c.source == source, _LINES.c.line_key.in_(chunk)
+                    )
                 )
-            ).all()
-    return pl.DataFrame([tuple(r) for r in found], schema=schema, orient="row")
+            ]
+    return pl.DataFrame(found, schema=schema, orient="row")
+
+
+def _probe_postgresql(conn: Connection, source: str, keys: list[str]) -> list[tuple[object, ...]]:
+    """``keys`` COPYed into a temporary table (dropped at the transaction's end), joined to
+    ``billing_line``. The probe is analyzed so the planner knows its size: with a default guess it
+    may hash the whole of ``billing_line`` instead of looking each key up in the unique index."""
+    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {_PROBE} (line_key text NOT NULL) ON COMMIT DROP")
+    conn.exec_driver_sql(f"TRUNCATE {_PROBE}")
+    bulk.copy_csv(conn, _PROBE, pl.DataFrame({"line_key": keys}, schema={"line_key": pl.String}))
+    conn.exec_driver_sql(f"ANALYZE {_PROBE}")
+    rows = conn.exec_driver_sql(
+        f"SELECT l.line_key, l.source_file, l.line_no FROM {_PROBE} AS k"
+        " JOIN billing_line AS l ON l.line_key = k.line_key WHERE l.source = %(source)s",
+        {"source": source},
+    ).all()
+    return [tuple(r) for r in rows]
 
 
 def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
