@@ -11,8 +11,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +48,21 @@ class DockerEngine:
     ) -> None:
         self.socket = socket
         self._prefix = f"/{api_version}"
-        self._client = httpx.Client(
-            transport=transport or httpx.HTTPTransport(uds=str(socket)),
-            base_url="http://docker",  # the host is ignored over a unix socket
-            timeout=timeout_s,
-        )
+        self._transport, self._timeout_s = transport, timeout_s
+        self._client: Any = None  # built on first use: the node agent imports httpx only if Docker runs
         self._own_socket = transport is None
         self._warned = False
+
+    def _http(self) -> httpx.Client:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(
+                transport=self._transport or httpx.HTTPTransport(uds=str(self.socket)),
+                base_url="http://docker",  # the host is ignored over a unix socket
+                timeout=self._timeout_s,
+            )
+        return self._client
 
     def inspect(self, container_id: str) -> ContainerDetails | None:
         """Name, image and labels of a container; ``None`` when Docker does not know it (a
@@ -62,8 +72,10 @@ class DockerEngine:
             # socket of a failed unix connect for the garbage collector (a ResourceWarning).
             self._warn_once("no Docker Engine socket at %s (%s): no container names or labels", "missing")
             return None
+        import httpx
+
         try:
-            response = self._client.get(f"{self._prefix}/containers/{container_id}/json")
+            response = self._http().get(f"{self._prefix}/containers/{container_id}/json")
         except httpx.HTTPError as exc:  # no socket, permission denied, timeout: not fatal
             self._warn_once("Docker Engine at %s unreachable (%s): no container names or labels", exc)
             return None
@@ -93,7 +105,8 @@ class DockerEngine:
             log.warning(message, self.socket, detail)
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
 
     def __enter__(self) -> DockerEngine:
         return self

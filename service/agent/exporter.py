@@ -23,19 +23,17 @@ keys, or the workload's namespace and name); a Docker container adds ``container
 device has one series per workload, as dcgm-exporter does for shared GPUs.
 
 The exposition is rendered here, not by ``generate_latest``: prometheus_client would rename the
-energy counter ``…_total``, which is not the name dcgm-exporter dashboards query.
+energy counter ``…_total``, which is not the name dcgm-exporter dashboards query. And the agent
+does not import prometheus_client at all (its memory budget): the text format is a few lines.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from connectors.base import DeviceInfo, SampleBatch, WorkloadInfo
 
@@ -95,7 +93,33 @@ def workload_labels(key: str, info: WorkloadInfo | None) -> dict[str, str]:
     return {}
 
 
-class DcgmExporter(Collector):
+def float_to_go_string(value: float) -> str:
+    """A sample value as Prometheus' Go client writes it (prometheus_client's ``floatToGoString``):
+    ``+Inf``/``-Inf``/``NaN``, and an exponent for large numbers where Go switches to one."""
+    value = float(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return text
+
+
+@dataclass(slots=True)
+class Family:
+    """One metric family: its name, help, type and (labels, value) samples."""
+
+    name: str
+    documentation: str
+    type: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+
+class DcgmExporter:
     """The latest reading of each device, as dcgm-exporter metric families."""
 
     def __init__(self, hostname: str, pci_bus_id: Callable[[str], str | None] = lambda _d: None):
@@ -106,8 +130,6 @@ class DcgmExporter(Collector):
         self._latest: dict[
             str, tuple[int, dict[str, float], list[str]]
         ] = {}  # device → ts, values, workloads
-        self.registry = CollectorRegistry()
-        self.registry.register(self)
 
     def update(self, batch: SampleBatch) -> None:
         """Keep each device's newest reading of ``batch`` (readings older than the kept one are ignored).
@@ -163,12 +185,12 @@ class DcgmExporter(Collector):
             labels["GPU_I_PROFILE"] = device.mig_profile
         return labels
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[Family]:
         with self._lock:
             latest = dict(self._latest)
             devices, workloads = dict(self._devices), dict(self._workloads)
         for name, (kind, doc, metric, scale, integer) in FIELDS.items():
-            family = Metric(name, doc, kind)
+            family = Family(name, doc, kind)
             for device_id, (_ts_ms, readings, keys) in sorted(latest.items()):
                 if metric not in readings or device_id not in devices:
                     continue
@@ -176,19 +198,19 @@ class DcgmExporter(Collector):
                 value = float(round(value)) if integer else value
                 base = self._labels(devices[device_id])
                 for key in keys or [""]:
-                    family.add_sample(name, {**base, **workload_labels(key, workloads.get(key))}, value)
+                    family.samples.append(({**base, **workload_labels(key, workloads.get(key))}, value))
             if family.samples:
                 yield family
 
     def render(self) -> bytes:
         """dcgm-exporter's text exposition: HELP, TYPE, then one line per series."""
         lines: list[str] = []
-        for family in self.registry.collect():
+        for family in self.collect():
             lines.append(f"# HELP {family.name} {family.documentation}")
             lines.append(f"# TYPE {family.name} {family.type}")
-            for sample in family.samples:
-                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items())
-                lines.append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}")
+            for sample_labels, value in family.samples:
+                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample_labels.items())
+                lines.append(f"{family.name}{{{labels}}} {float_to_go_string(value)}")
         return ("\n".join(lines) + "\n").encode() if lines else b""
 
     def serve(self, host: str, port: int) -> ThreadingHTTPServer:

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from service.agent.config import AgentSettings
 from service.agent.exporter import DcgmExporter
+from service.agent.log import get_logger
 from service.agent.sampler import Sampler
 from service.agent.ship import Shipper
 from service.agent.spool import Spool
-from service.logging import get_logger
 from service.timeutil import to_ms
 
 log = get_logger(__name__)

@@ -18,16 +18,17 @@ the n-th consecutive failure, so a fleet of agents does not hammer a service tha
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-import httpx
-
+from service.agent.log import get_logger
 from service.agent.spool import Spool
-from service.logging import get_logger
 
 log = get_logger(__name__)
 
@@ -47,12 +48,30 @@ class ShipResult:
     failed: bool = False  # stopped on a retriable or auth failure; back off
 
 
+class Client(Protocol):
+    """What the Shipper needs of an HTTP client: ``service.agent.http.HttpClient`` in the agent,
+    an ``httpx.Client`` (or Starlette's TestClient) in tests."""
+
+    def post(self, url: str, *, content: str, headers: dict[str, str]) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    """No HTTP answer came: the standard library's errors, or httpx's when the client is httpx
+    (then httpx is loaded; the agent's own client never loads it)."""
+    if isinstance(exc, OSError | http.client.HTTPException):
+        return True
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(exc, httpx.HTTPError)
+
+
 class Shipper:
     """POSTs spooled batches to ``url`` with ``Authorization: Bearer <token>``."""
 
     def __init__(
         self,
-        client: httpx.Client,
+        client: Client,
         url: str,
         token: str,
         *,
@@ -93,7 +112,9 @@ class Shipper:
         body = json.dumps(spool.payload(path), separators=(",", ":"), allow_nan=False)
         try:
             response = self.client.post(self.url, content=body, headers=self._headers)
-        except httpx.HTTPError as exc:
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
             log.warning(
                 "ship failed: service unreachable", batch=path.name, error=f"{type(exc).__name__}: {exc}"
             )
@@ -120,7 +141,7 @@ class Shipper:
         return "retry"
 
 
-def _json(response: httpx.Response) -> dict[str, object]:
+def _json(response: Any) -> dict[str, object]:
     try:
         body = response.json()
     except ValueError:
