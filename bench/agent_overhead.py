@@ -1,10 +1,13 @@
 """Benchmark (c): the node agent's CPU and peak RSS at 1 s sampling, agent alone.
 
     .venv/bin/python bench/agent_overhead.py [--seconds 120] [--fake-nvml] [--gpus 1]
-                                             [--entry agent|cli] [--out DIR]
+                                             [--entry console|agent|cli] [--tree DIR] [--out DIR]
 
-Runs the agent (``--entry agent``: ``python -m service.agent``, i.e. ``gpu-ledger-agent``; ``cli``:
-``gpu-ledger agent`` through the CLI framework) with its production sampler (NVML, ``period_s = 1``,
+Runs the agent — ``--entry console``: ``gpu-ledger agent`` as the installed console script runs it
+(service/agent/entry.py); ``agent``: ``python -m service.agent``; ``cli``: through the typer app,
+as ``gpu-ledger agent`` ran before issue 13 — from the source tree ``--tree`` (default: this
+checkout; an older commit's ``service/`` and ``connectors/`` to compare), with its production
+sampler (NVML, ``period_s = 1``,
 ``ship_every_s = 5``, /metrics served and scraped every 15 s) against a stand-in service: an
 in-process HTTP server that acknowledges every ``POST /api/v1/batches`` with 200, as the service
 does for a stored batch. So the agent samples, spools, ships and exports as in production, and
@@ -140,13 +143,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120.0, help="steady-state seconds measured")
     parser.add_argument("--fake-nvml", action="store_true")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the fake NVML serves")
-    parser.add_argument("--entry", choices=["agent", "cli"], default="agent")
+    parser.add_argument("--entry", choices=["console", "agent", "cli"], default="console")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="source tree the agent runs from")
     parser.add_argument("--out", type=Path, help="write agent_overhead.json and the agent's log here")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gl-agent-bench-"))
+    tree = str(args.tree.resolve())
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p),
+        "PYTHONPATH": os.pathsep.join(p for p in [tree, os.environ.get("PYTHONPATH", "")] if p),
     }
     stop_fake = None
     if args.fake_nvml:
@@ -162,15 +167,16 @@ def main() -> int:
         f'metrics_host = "127.0.0.1"\nmetrics_port = {metrics_port}\ndocker_socket = "{tmp / "none.sock"}"\n'
         '[agent.source_options]\nnode = "bench"\n'
     )
-    if args.entry == "agent":
-        command = [sys.executable, "-m", "service.agent"]
-    else:
-        command = [sys.executable, "-c", "from service.cli import app; app()", "agent"]
+    command = {
+        "console": [sys.executable, "-c", "from service.agent.entry import main; main()", "agent"],
+        "agent": [sys.executable, "-m", "service.agent"],
+        "cli": [sys.executable, "-c", "from service.cli import app; app()", "agent"],
+    }[args.entry]
     log_path = tmp / "agent.log"
     t_spawn = time.monotonic()
     with open(log_path, "w") as agent_log:
         agent = subprocess.Popen([*command, "--config", str(config)], env=env, stdout=agent_log,
-                                 stderr=subprocess.STDOUT)  # fmt: skip
+                                 stderr=subprocess.STDOUT, cwd=tree)  # fmt: skip
     try:
         metrics = ""
         while "DCGM_FI_DEV_GPU_UTIL" not in metrics:
@@ -193,6 +199,7 @@ def main() -> int:
         cpu1, t1 = cpu_s(agent.pid), time.monotonic()
         result = {
             "command": " ".join([Path(command[0]).name, *command[1:]]),
+            "tree": tree,
             "python": platform.python_version(),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "nvml": "fake" if args.fake_nvml else "real",
