@@ -1,21 +1,26 @@
-"""``prometheus``: dcgm-exporter metrics from a Prometheus server's HTTP API (``query_range``).
+"""``prometheus``: dcgm-exporter metrics from a Prometheus server's HTTP API, as raw samples.
 
 Most on-prem sites already scrape dcgm-exporter with Prometheus; this connector reads that history.
-For each exporter field it asks ``query_range`` for ``last_over_time(FIELD{selector}[step])`` on
-a grid of ``step_s``: each grid point reports the latest raw sample of the step before it, so a
-missed scrape or an exporter outage leaves a hole (unobserved time) instead of Prometheus'
-5-minute lookback repeating the last value. Readings are timestamped at the grid point (up to one
-step after the scrape). Windows are cut into chunks of at most one day and 10,000 points per series
-(Prometheus refuses more than 11,000). The field → metric mapping, units, MIG and pod rules are
-:mod:`connectors.dcgm`'s.
+Each reading keeps the scrape's own timestamp: a field is read with a range selector over the
+chunk (``/api/v1/query`` of ``FIELD{selector}[span]``), after one metadata call per chunk that
+names the fields stored there, in any case (``dcgm_fi_dev_gpu_util``, exporter issue #272).
+:mod:`connectors.prom_raw` says how (spans under ``--query.max-samples``, the context held between
+days instead of read again) and :mod:`connectors.prom_decode` how an answer becomes arrays. A
+reading stands for its field until the field's next scrape, at most ``2 × step_s``
+(``Sampling.every``): one missed scrape is bridged, a longer outage is unobserved from the last
+scrape + 2 steps; from there a silence up to ``presence_gap_s`` keeps the GPU present. Windows are
+cut into chunks of at most one day, one batch each. The field → metric mapping, units, MIG and
+pod rules are :mod:`connectors.dcgm`'s. When no field is stored in a chunk,
+``missing_data_hint`` says what to check (the ingest puts it in the run's ``MISSING_DATA`` message).
 
-Names: a chunk where no field's exporter name (``DCGM_FI_DEV_GPU_UTIL``) matched is asked again
-with ``{__name__=~"(?i)DCGM_FI_DEV_GPU_UTIL"}``, for pipelines that lower-case names (exporter
-issue #272). The retry is per chunk, not per field, so that two spellings of one series can never
-meet in one answer (``last_over_time`` drops the name, and Prometheus refuses two series with the
-same labels); a fleet whose exporters are stored in both cases needs one connector per spelling,
-split by ``label_selector``. When nothing matched either, ``missing_data_hint`` says what to check
-(the ingest puts it in the run's ``MISSING_DATA`` message).
+Services that speak the Prometheus API but were not checked for raw range queries and label
+metadata (``azure_prometheus``, ``cloudwatch_promql``: subclasses of this connector) keep the older
+way, ``raw_samples = False``: per field and chunk a ``query_range`` of
+``last_over_time(FIELD{selector}[step])`` on a grid of ``step_s``, each grid point holding the
+latest sample of the step before it (so a reading is stamped up to one step after its scrape),
+chunks of at most one day and 10,000 points per series (Prometheus refuses more than 11,000),
+case variants asked per chunk when no exporter name matched (``last_over_time`` drops the name,
+and Prometheus refuses two series with the same labels).
 
 Errors: 5xx, 429, timeouts and connection failures are retried with exponential backoff and raise
 ``RetriableError`` after the last try; 401/403 and other 4xx raise ``FatalSourceError``; a bad
@@ -44,6 +49,7 @@ from connectors.dcgm import (
     Stamp,
     to_batch,
 )
+from connectors.prom_raw import HOUR_MS, LATE_MS, Held, RawReader, hold
 from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
@@ -158,15 +164,18 @@ class HttpSourceConfig(ConnectorConfig):
 class PrometheusConfig(HttpSourceConfig):
     """``type = "prometheus"``: a Prometheus (or compatible) server scraping dcgm-exporter.
 
-    ``step_s`` is the scrape interval in seconds (default 15): the query grid, and a reading stands
-    for at most 2 × ``step_s``. Set it to the real scrape interval: shorter leaves holes between
-    scrapes (unobserved time), longer skips scrapes. ``label_selector`` adds PromQL matchers to
-    every query, with or without braces: ``{cluster="a", job=~"dcgm.*"}``.
+    ``step_s`` is the scrape interval in seconds (default 15): a reading stands for at most
+    2 × ``step_s``. Set it to the real scrape interval: shorter leaves holes between scrapes
+    (unobserved time), longer bridges outages. ``label_selector`` adds PromQL matchers to every
+    query, with or without braces: ``{cluster="a", job=~"dcgm.*"}``. ``max_query_samples``
+    (default 2,000,000, about 60 MB of JSON) bounds the samples one query asks for; keep it below
+    the server's ``--query.max-samples`` (default 50,000,000).
     """
 
     type: str = "prometheus"
     step_s: float = Field(15.0, ge=1.0, le=3600.0)
     label_selector: str = ""
+    max_query_samples: int = Field(2_000_000, ge=10_000, le=50_000_000)
 
     @field_validator("label_selector")
     @classmethod
@@ -208,8 +217,10 @@ def request_with_retries(
     url: str,
     params: dict[str, Any],
     sleep: Callable[[float], None],
+    accept: frozenset[int] = frozenset(),
 ) -> httpx.Response:
-    """GET ``url``: retried on 5xx/429/timeouts/connection errors, 401/403/4xx are fatal."""
+    """GET ``url``: retried on 5xx/429/timeouts/connection errors, 401/403/4xx are fatal; a
+    status in ``accept`` is returned for the caller to read."""
     auth = config.auth()
     problem = ""
     for attempt in range(config.max_retries + 1):
@@ -220,6 +231,8 @@ def request_with_retries(
             problem = f"{type(exc).__name__}: {exc}"
         else:
             code = response.status_code
+            if code in accept:
+                return response
             if code in (401, 403):
                 raise FatalSourceError(f"{url}: HTTP {code} (check the credentials): {_detail(response)}")
             if code != 429 and code < 500:
@@ -248,6 +261,15 @@ class PrometheusConnector:
 
     kind: ClassVar[Literal["metrics"]] = "metrics"
     config_model: ClassVar[type[ConnectorConfig]] = PrometheusConfig
+    #: raw samples at the scrape's timestamps (True), or the older ``last_over_time`` grid
+    raw_samples: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A service behind the Prometheus API (Azure Monitor, CloudWatch) keeps the grid until its
+        # range queries and label metadata are checked: a subclass opts in by setting raw_samples.
+        super().__init_subclass__(**kwargs)
+        if "raw_samples" not in cls.__dict__:
+            cls.raw_samples = False
 
     def __init__(
         self,
@@ -264,6 +286,8 @@ class PrometheusConnector:
         self._clock, self._sleep = clock, sleep
         self._step_ms = round(config.step_s * 1000)
         self._stamp = config.stamp()
+        self._reader = RawReader(config.url, config.label_selector, self._get, config.max_query_samples)
+        self._held: Held | None = None
         #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
         self.missing_data_hint: str | None = None
 
@@ -285,16 +309,53 @@ class PrometheusConnector:
         return devices_in(self.collect(start, end))
 
     def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
-        """Readings on the step grid with ``start <= ts < end``, one batch per chunk (≤ 1 day).
+        """Readings with ``start <= ts < end``, one batch per chunk of at most one day.
 
-        Each field is asked for by its exporter name; a chunk where no name matched is asked again
-        with the names matched case-insensitively (``dcgm_fi_dev_gpu_util``, exporter issue #272).
-        When nothing matched either, ``missing_data_hint`` says what to check."""
+        Raw samples at the scrape's timestamps (see :mod:`connectors.prom_raw`); a subclass with
+        ``raw_samples = False`` reads the ``last_over_time`` grid instead. When no field is stored
+        in a chunk, ``missing_data_hint`` says what to check."""
+        self.missing_data_hint = None
+        if self.raw_samples:
+            return self._collect_raw(to_ms(start), to_ms(end))
+        return self._collect_grid(start, end)
+
+    def _get(self, url: str, params: dict[str, str], accept: frozenset[int]) -> httpx.Response:
+        return request_with_retries(self._client, self.config, url, params, self._sleep, accept)
+
+    def _collect_raw(self, first_ms: int, end_ms: int) -> Iterator[SampleBatch]:
+        read_at_ms = to_ms(self._clock())
+        batches: list[SampleBatch] = []
+        at = first_ms
+        held = self._held
+        if held is not None and held.serves(first_ms) and end_ms > first_ms:
+            batch = held.batch(first_ms, end_ms)
+            at = min(end_ms, held.until_ms)
+            batches.append(batch)
+            if batch.samples.height:
+                yield batch
+        self._held = None
+        while at < end_ms:
+            chunk_end = min(end_ms, at + DAY_MS)
+            names = self._reader.present(at, chunk_end)
+            series = [s for name in names for s in self._reader.read(name, at, chunk_end)]
+            if not names:
+                self.missing_data_hint = self._hint(at, chunk_end - self._step_ms)
+            batch = to_batch(series, self._stamp)
+            batches.append(batch)
+            if batch.samples.height:
+                yield batch
+            at = chunk_end
+        # the tail the next day's read starts in (its presence gap of context before midnight)
+        keep_ms = 2 * round(self.sampling.presence_gap_s * 1000) + 2 * self._step_ms + HOUR_MS
+        trusted_ms = min(end_ms, read_at_ms - LATE_MS)
+        if trusted_ms > max(first_ms, end_ms - keep_ms):
+            self._held = hold(batches, max(first_ms, end_ms - keep_ms), trusted_ms)
+
+    def _collect_grid(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
         step = self._step_ms
         first, last = -(-to_ms(start) // step) * step, (to_ms(end) - 1) // step * step
         per_chunk = min(DAY_MS // step, MAX_POINTS)
         chunk_first = first
-        self.missing_data_hint = None
         while chunk_first <= last:
             chunk_last = min(last, chunk_first + (per_chunk - 1) * step)
             series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last)]

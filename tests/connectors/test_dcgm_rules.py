@@ -118,6 +118,11 @@ def test_time_shared_gpu_splits_evenly_without_process_utilization() -> None:
     ]
 
 
+class GridPrometheus(PrometheusConnector):
+    """The ``last_over_time`` grid the cloud subclasses read (``raw_samples`` False); the raw
+    protocol's case rule is tested in tests/prom/test_prom_raw_http.py."""
+
+
 def test_lowercase_names_are_asked_again_and_a_hint_when_nothing_matched() -> None:
     queries: list[str] = []
     one = {
@@ -134,14 +139,14 @@ def test_lowercase_names_are_asked_again_and_a_hint_when_nothing_matched() -> No
 
     config = PrometheusConfig(name="p", url="http://prom", label_selector='{job="lower"}')
     with httpx.Client(transport=httpx.MockTransport(answer)) as client:
-        connector = PrometheusConnector(config, client=client)
+        connector = GridPrometheus(config, client=client)
         (batch,) = list(connector.collect(T0, T0 + dt.timedelta(minutes=1)))
     assert batch.samples.select("metric", "value").rows() == [("gpu_util", 0.5)]  # full GPU: GPU_UTIL ×1
     assert 'last_over_time({__name__=~"(?i)DCGM_FI_DEV_GPU_UTIL", job="lower"}[15000ms])' in queries
     assert connector.missing_data_hint is None
 
     with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=EMPTY))) as client:
-        connector = PrometheusConnector(config, client=client)
+        connector = GridPrometheus(config, client=client)
         assert list(connector.collect(T0, T0 + dt.timedelta(hours=1))) == []
     assert connector.missing_data_hint is not None
     assert (

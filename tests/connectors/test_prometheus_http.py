@@ -1,4 +1,8 @@
-"""The ``prometheus`` connector's HTTP side: retries, auth, errors, the query grid, config checks."""
+"""The ``prometheus`` connector's HTTP side: retries, auth, errors, the query grid, config checks.
+
+The request counts and the grid are those of the ``last_over_time`` grid that the
+``azure_prometheus`` and ``cloudwatch_promql`` subclasses read (``GridPrometheus``); the raw-sample
+protocol of ``prometheus`` itself is tested in tests/prom/test_prom_raw_http.py."""
 
 from __future__ import annotations
 
@@ -16,6 +20,11 @@ from connectors.base import ConfigurationError, FatalSourceError, MetricsConnect
 from connectors.dcgm import FIELDS
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
 from connectors.registry import build_connector, validate_config
+
+
+class GridPrometheus(PrometheusConnector):
+    """A subclass, so ``raw_samples`` is False: the grid the cloud subclasses read."""
+
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 T0 = dt.datetime(2025, 9, 20, 10, tzinfo=dt.UTC)
@@ -44,7 +53,7 @@ def test_retries_503_and_429_then_succeeds() -> None:
     with http_stub() as stub:
         stub.script = [Reply(503, "down"), Reply(429, "slow", {"Retry-After": "7"}), Reply(200, ONE)]
         stub.default = Reply(200, EMPTY)
-        with PrometheusConnector(_config(stub.url), sleep=sleeps.append) as connector:
+        with GridPrometheus(_config(stub.url), sleep=sleeps.append) as connector:
             batches = _collect(connector)
     assert sleeps == [1.0, 7.0]  # backoff 1 s, then the server's Retry-After
     assert batches[0].samples["value"].to_list() == [42.0]
@@ -56,7 +65,7 @@ def test_gives_up_with_a_retriable_error() -> None:
     with http_stub() as stub:
         stub.default = Reply(502, "bad gateway")
         with (
-            PrometheusConnector(_config(stub.url, max_retries=2), sleep=sleeps.append) as connector,
+            GridPrometheus(_config(stub.url, max_retries=2), sleep=sleeps.append) as connector,
             pytest.raises(RetriableError, match="HTTP 502.*after 3 tries"),
         ):
             _collect(connector)
@@ -81,7 +90,7 @@ def test_auth_and_client_errors_are_fatal(status: int, error: str) -> None:
     with http_stub() as stub:
         stub.default = Reply(status, json.dumps({"status": "error", "error": "nope"}))
         with (
-            PrometheusConnector(_config(stub.url), sleep=lambda s: None) as connector,
+            GridPrometheus(_config(stub.url), sleep=lambda s: None) as connector,
             pytest.raises(FatalSourceError, match=error),
         ):
             _collect(connector)
@@ -91,9 +100,9 @@ def test_auth_and_client_errors_are_fatal(status: int, error: str) -> None:
 def test_basic_auth_and_bearer_token_are_sent() -> None:
     with http_stub() as stub:
         stub.default = Reply(200, EMPTY)
-        with PrometheusConnector(_config(stub.url, username="ledger", password="s3cret")) as connector:
+        with GridPrometheus(_config(stub.url, username="ledger", password="s3cret")) as connector:
             _collect(connector)
-        with PrometheusConnector(_config(stub.url, bearer_token="tok-123")) as connector:
+        with GridPrometheus(_config(stub.url, bearer_token="tok-123")) as connector:
             _collect(connector)
     auth = [headers["authorization"] for _, headers in stub.requests]
     basic = "Basic " + base64.b64encode(b"ledger:s3cret").decode()
@@ -114,7 +123,7 @@ def test_query_grid_and_day_chunks() -> None:
     with httpx.Client(transport=httpx.MockTransport(record)) as client:
         config = _config("http://prom/prefix/", label_selector='{cluster="a", job=~"dcgm.*"}')
         end = start + dt.timedelta(days=2, minutes=1)  # the last point is 10:01:00 two days later
-        assert list(PrometheusConnector(config, client=client).collect(start, end)) == []
+        assert list(GridPrometheus(config, client=client).collect(start, end)) == []
         per_field = [q for q in seen if q["query"].startswith("last_over_time(DCGM_FI_DEV_GPU_UTIL{")]
         assert (
             per_field[0]["query"]
@@ -127,7 +136,7 @@ def test_query_grid_and_day_chunks() -> None:
         assert {q["step"] for q in seen} == {"15.000"}
         seen.clear()
         fine = _config("http://prom", step_s=5)  # 5 s: a day would be 17,280 points; chunks stop at 10,000
-        list(PrometheusConnector(fine, client=client).collect(T0, T0 + dt.timedelta(days=1)))
+        list(GridPrometheus(fine, client=client).collect(T0, T0 + dt.timedelta(days=1)))
         spans = [(float(q["start"]), float(q["end"])) for q in seen if "GPU_UTIL" in q["query"]]
         # Each chunk found nothing: asked by name, then in any case (#272).
         assert [round((b - a) / 5) + 1 for a, b in spans] == [10_000, 10_000, 7_280, 7_280]
@@ -144,9 +153,7 @@ def test_reads_a_managed_prometheus_matrix() -> None:
         return httpx.Response(200, text=body if "DCGM_FI_DEV_GPU_UTIL" in str(request.url) else EMPTY)
 
     with httpx.Client(transport=httpx.MockTransport(answer)) as client:
-        connector = PrometheusConnector(
-            _config("http://prom", step_s=60, node_labels=("node",)), client=client
-        )
+        connector = GridPrometheus(_config("http://prom", step_s=60, node_labels=("node",)), client=client)
         assert isinstance(connector, MetricsConnector)
         (batch,) = _collect(connector, minutes=5)
     assert batch.samples.height == 40  # 8 GPUs × 5 points, values were JSON strings

@@ -11,8 +11,8 @@ The fleet (node ``dgx-01``, scraped every 15 s, 2025-03-03 10:00–13:00 UTC):
 * GPU C in MIG mode: instance GI 1 ``3g.40gb`` runs pod ``infer-0`` (GR engine 0.9), GI 2
   ``4g.40gb`` is empty (0.0); the GPU draws 700 W, +10,500 J per 15 s.
 
-Raw samples are at 8 s before each 15 s grid point (as a scrape offset would put them), so the
-connector's readings (``last_over_time`` on the grid) land on grid points 10:00:00 … 13:00:00.
+Scrapes are at 10:00:00 … 13:00:00 every 15 s and the connector keeps the scrape's own timestamps
+(tests/prom/test_prom_outage.py pins scrapes off the quarter minute and an outage).
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ def _gpu(uuid: str, index: int, **extra: str) -> dict[str, str]:
 
 
 def _fleet() -> str:
-    """OpenMetrics of the fleet: readings i = 0 … 720, raw sample at T0 + 15 i − 8 s."""
+    """OpenMetrics of the fleet: readings i = 0 … 720, scraped at T0 + 15 i s."""
     out: dict[str, list[str]] = {}
 
     def put(field: str, labels: dict[str, str], idx: range | list[int], value) -> None:  # noqa: ANN001
-        ts = [T0 + 15 * i - 8 for i in idx]
+        ts = [T0 + 15 * i for i in idx]
         out.setdefault(field, []).append(series_text(field, labels, ts, [value(i) for i in idx]))
 
     pods = [
@@ -125,12 +125,12 @@ def _ledger(engine: Engine) -> dict[tuple[str, int, str], dict]:
     return {(r["device_id"], r["hour_start"].hour, r["workload_key"]): dict(r) for r in rows}
 
 
-def test_collect_reads_the_grid_without_lookback_fill(prometheus_url: str) -> None:
+def test_collect_reads_raw_samples_without_lookback_fill(prometheus_url: str) -> None:
     with _connector(prometheus_url) as connector:
         batches = list(connector.collect(H10, H10 + dt.timedelta(hours=3, seconds=1)))
     samples = pl.concat([b.samples for b in batches])
     gpu_b = samples.filter((pl.col("device_id") == B) & (pl.col("metric") == "gpu_util"))
-    # 721 grid points minus the 80 of the outage: no 5-minute lookback repeats the last value.
+    # 721 scrapes minus the 80 of the outage: no 5-minute lookback repeats the last value.
     assert gpu_b.height == N - 80
     assert {d.device_id for b in batches for d in b.devices} == {A, B, GI1, GI2}  # C itself is no device
 

@@ -48,8 +48,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_prometheus(workdir: Path, openmetrics: str) -> Iterator[str]:
-    """Backfill ``openmetrics`` (``# EOF`` is added) and serve it; yields the base URL."""
+def running_prometheus(workdir: Path, openmetrics: str, flags: Sequence[str] = ()) -> Iterator[str]:
+    """Backfill ``openmetrics`` (``# EOF`` is added) and serve it with extra ``flags``
+    (``--query.max-samples=…``); yields the base URL."""
     prometheus, promtool = binaries()
     data, source = workdir / "data", workdir / "backfill.om"
     source.write_text(openmetrics + "# EOF\n")
@@ -78,6 +79,7 @@ def running_prometheus(workdir: Path, openmetrics: str) -> Iterator[str]:
             f"--storage.tsdb.path={data}",
             "--storage.tsdb.retention.time=100y",
             f"--web.listen-address=127.0.0.1:{port}",
+            *flags,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
