@@ -42,9 +42,15 @@ class LedgerQuery:
         # A dimension named twice would only duplicate a GROUP BY term.
         object.__setattr__(self, "group_by", tuple(dict.fromkeys(self.group_by)))
 
-    def source(self, *, rollup: bool | None = None) -> Subquery:
+    def source(self, *, rollup: bool | None = None, per_device: bool = False) -> Subquery:
+        """The rows to aggregate: the group rollups where they serve (the caller reads only their
+        columns: :data:`~service.analytics.window.GROUP_SOURCE_COLUMNS`), else device level;
+        ``per_device`` or ``rollup=False``: always device level."""
         use_rollup = self.rollup if rollup is None else rollup
-        return ledger_source(self.window, self.granularity, self.filter, self.access, rollup=use_rollup)
+        group_by = None if per_device else self.group_by
+        return ledger_source(
+            self.window, self.granularity, self.filter, self.access, rollup=use_rollup, group_by=group_by
+        )
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,27 @@
 """Query windows, period buckets and the ledger source every aggregate reads.
 
-The source is ``ledger_hour`` rows, or — for granularity DAY and coarser — ``ledger_day`` rows for
-the whole UTC days inside the window UNION ALL ``ledger_hour`` rows for the partial-day edges. The
-daily rollup holds the same sums as its hours, so both paths give the same answers for additive
-measures; :func:`ledger_source` takes ``rollup=False`` to force the hourly path.
+:func:`ledger_source` picks the cheapest source that answers exactly:
+
+* **group rollups** — when the caller names its ``group_by`` (it promises to read only
+  :data:`GROUP_SOURCE_COLUMNS`: additive measures and rollup dimensions) and the grouping, the
+  filter and the access scope involve only :data:`ROLLUP_DIMENSIONS`: ``ledger_group_day`` rows for
+  the whole UTC days of the window UNION ALL ``ledger_group_hour`` rows for its partial-day edges
+  (all of it from ``ledger_group_hour`` for granularity HOUR). Their size is groups × periods,
+  whatever the fleet's size;
+* **device level** — otherwise: ``ledger_hour`` rows, or for granularity DAY and coarser
+  ``ledger_day`` rows for the whole days UNION ALL ``ledger_hour`` rows for the edges.
+
+Every rollup holds the same sums as its hours, so all paths give the same answers for additive
+measures (money exactly); ``rollup=False`` forces ``ledger_hour`` alone. The group source has no
+device-level column (device_id, node, instance_id, workload_key's value, hour rows per device…):
+a measure that needs one fails to build on it instead of answering wrongly, and
+:func:`money_share_sum` (a per-row ratio, not additive) refuses it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +33,7 @@ from sqlalchemy import (
     Select,
     Subquery,
     Table,
+    case,
     cast,
     false,
     func,
@@ -31,10 +45,11 @@ from sqlalchemy import (
 from sqlalchemy import select as sa_select
 
 from service.analytics.access import Access
-from service.analytics.dims import Granularity, LedgerFilter
+from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.errors import InvalidWindow, WindowNotAligned, WindowTooLarge
 from service.dbtypes import table_of
-from service.models import LedgerDay, LedgerHour
+from service.ledger.rollups import GROUP_KEYS, MAXED, SUMMED
+from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
 from service.money import Money
 from service.timeutil import EPOCH, HOUR_S, floor_hour, hour_index, hour_start, is_hour_aligned, month_start
 
@@ -49,6 +64,23 @@ _HOUR_ONLY = {"id", "hour_start", "hour_index", "power_avg_w", "mem_used_avg_b"}
 SHARED_COLUMNS: tuple[str, ...] = tuple(
     c.name for c in HOUR_TABLE.columns if c.name not in _HOUR_ONLY and c.name in DAY_TABLE.c
 )
+GROUP_HOUR_TABLE: Table = table_of(LedgerGroupHour)
+GROUP_DAY_TABLE: Table = table_of(LedgerGroupDay)
+#: Dimensions the group rollups are keyed by: every one but the device-level ones.
+ROLLUP_DIMENSIONS: frozenset[Dimension] = frozenset(d for d in Dimension if d.column in GROUP_KEYS)
+#: Columns of the group source (``workload_key`` is '' for unallocated time, '*' otherwise).
+GROUP_SOURCE_COLUMNS: tuple[str, ...] = (
+    *GROUP_KEYS,
+    *SUMMED,
+    *MAXED,
+    "energy_estimated",
+    "workload_key",
+    "day_index",
+    "month_index",
+    "hour_index",
+)
+GROUP_SOURCE = "grp"
+ALLOCATED_KEY = "*"
 
 
 @dataclass(frozen=True)
@@ -104,15 +136,17 @@ def check_window(start: dt.datetime, end: dt.datetime, *, max_days: int) -> Wind
 
 
 def filter_conditions(table: Any, flt: LedgerFilter) -> list[ColumnElement[bool]]:
-    """WHERE terms for ``flt`` on a table or subquery with the ledger's column names."""
+    """WHERE terms for ``flt`` on a table or subquery with the ledger's column names (or a group
+    rollup, which says unallocated by its own column)."""
     terms: list[ColumnElement[bool]] = []
     for dim, values in flt.values.items():
         if values:
             terms.append(table.c[dim.column].in_(list(values)))
+    grouped = "unallocated" in table.c
     if flt.unallocated is True:
-        terms.append(table.c.workload_key == "")
+        terms.append(table.c.unallocated.is_(True) if grouped else table.c.workload_key == "")
     elif flt.unallocated is False:
-        terms.append(table.c.workload_key != "")
+        terms.append(table.c.unallocated.is_(False) if grouped else table.c.workload_key != "")
     return terms
 
 
@@ -136,7 +170,10 @@ def _hour_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[
     t = HOUR_TABLE
     cols = [t.c[name] for name in SHARED_COLUMNS] + [t.c.hour_index]
     terms = [*filter_conditions(t, flt), *access_conditions(t, access)]
-    return sa_select(*cols).where(t.c.hour_index >= lo, t.c.hour_index < hi, *terms)
+    # hour_start too: the partition key of ledger_hour on PostgreSQL, so only the window's months
+    # are read
+    span = [t.c.hour_start >= hour_start(lo), t.c.hour_start < hour_start(hi)]
+    return sa_select(*cols).where(t.c.hour_index >= lo, t.c.hour_index < hi, *span, *terms)
 
 
 def _day_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[Any]:
@@ -146,11 +183,66 @@ def _day_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[A
     return sa_select(*cols).where(t.c.day_index >= lo, t.c.day_index < hi, *terms)
 
 
+def _group_columns(t: Table) -> list[ColumnElement[Any]]:
+    cols: list[ColumnElement[Any]] = []
+    for name in GROUP_SOURCE_COLUMNS:
+        if name == "workload_key":
+            cols.append(case((t.c.unallocated, literal("")), else_=literal(ALLOCATED_KEY)).label(name))
+        elif name in t.c:
+            cols.append(t.c[name])
+        else:  # hour_index of a day row
+            cols.append(cast(literal(None), Integer).label(name))
+    return cols
+
+
+def _group_select(t: Table, flt: LedgerFilter, access: Access, column: str, lo: int, hi: int) -> Select[Any]:
+    terms = [*filter_conditions(t, flt), *access_conditions(t, access)]
+    return sa_select(*_group_columns(t)).where(t.c[column] >= lo, t.c[column] < hi, *terms)
+
+
+def group_rollups_serve(group_by: Sequence[Dimension], flt: LedgerFilter, access: Access) -> bool:
+    """Whether the group rollups hold every dimension the answer groups, filters or is scoped by."""
+    scope = set() if access.everything else {Dimension.PROJECT, Dimension.TEAM}
+    used = {*group_by, *(d for d, values in flt.values.items() if values), *scope}
+    return used <= ROLLUP_DIMENSIONS
+
+
+def _group_source(window: Window, granularity: Granularity, flt: LedgerFilter, access: Access) -> Subquery:
+    days = window.whole_days if granularity is not Granularity.HOUR else None
+
+    def hourly(lo: int, hi: int) -> Select[Any]:
+        return _group_select(GROUP_HOUR_TABLE, flt, access, "hour_index", lo, hi)
+
+    if days is None:
+        return hourly(window.start_hour, window.end_hour).subquery(GROUP_SOURCE)
+    first, last = days
+    parts = [_group_select(GROUP_DAY_TABLE, flt, access, "day_index", first, last)]
+    if window.start_hour < first * HOURS_PER_DAY:
+        parts.append(hourly(window.start_hour, first * HOURS_PER_DAY))
+    if last * HOURS_PER_DAY < window.end_hour:
+        parts.append(hourly(last * HOURS_PER_DAY, window.end_hour))
+    return union_all(*parts).subquery(GROUP_SOURCE)
+
+
+def is_group_source(src: Any) -> bool:
+    return getattr(src, "name", None) == GROUP_SOURCE
+
+
 def ledger_source(
-    window: Window, granularity: Granularity, flt: LedgerFilter, access: Access, *, rollup: bool = True
+    window: Window,
+    granularity: Granularity,
+    flt: LedgerFilter,
+    access: Access,
+    *,
+    rollup: bool = True,
+    group_by: Sequence[Dimension] | None = None,
 ) -> Subquery:
-    """The ledger rows of ``window`` matching ``flt`` that ``access`` may read, from the daily rollup
-    where it can serve. ``access`` has no default: every reader of the ledger states whose rows."""
+    """The ledger rows of ``window`` matching ``flt`` that ``access`` may read, from the cheapest
+    rollup that can serve (see the module docstring). ``access`` has no default: every reader of
+    the ledger states whose rows. ``group_by``: the dimensions the caller groups by, given only by
+    callers that read nothing but :data:`GROUP_SOURCE_COLUMNS` (None: a device-level source)."""
+    if rollup and group_by is not None and group_rollups_serve(group_by, flt, access):
+        return _group_source(window, granularity, flt, access)
     days = window.whole_days if rollup and granularity is not Granularity.HOUR else None
     if days is None:
         return _hour_select(flt, access, window.start_hour, window.end_hour).subquery("src")
@@ -215,8 +307,13 @@ def money_share_sum(cost: Any, part_s: Any, whole_s: Any, dialect: str) -> Colum
     """Σ cost × part_s / whole_s, rounded half-even to 1e-9 once, after summing.
 
     PostgreSQL computes in NUMERIC (exact but for the division); SQLite in binary floating point over
-    integer nanos (relative error ~1e-16, far below the nano quantum for realistic amounts).
+    integer nanos (relative error ~1e-16, far below the nano quantum for realistic amounts). A ratio
+    per ledger row: over a group rollup (rows summed over devices) it would be another number, so
+    a group source is refused.
     """
+    for expr in (cost, part_s, whole_s):
+        if any(is_group_source(f) for f in getattr(expr, "_from_objects", ())):
+            raise TypeError("money_share_sum is a per-row ratio: it needs a device-level ledger source")
     if dialect == "postgresql":
         share = cost * cast(part_s, Numeric) / func.nullif(cast(whole_s, Numeric), 0)
     else:

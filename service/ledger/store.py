@@ -1,9 +1,10 @@
-"""Writing the ledger: replace a window's hourly rows, rebuild the daily rollup, upsert devices.
+"""Writing the ledger: replace a window's hourly rows, rebuild the rollups, upsert devices.
 
 Idempotency is by window (DESIGN §3.5): re-ingesting ``[start, end)`` deletes that window's rows
 of the source and of every device in the batch, then inserts the new rows, in one transaction.
-The rollup of every day the window touches is rebuilt from ``ledger_hour`` in SQL in the same
-transaction, so late data that rewrites an hour can never leave a stale daily figure behind.
+Every rollup of every day the window touches (``ledger_day`` and the group rollups of
+:mod:`service.ledger.rollups`) is rebuilt from ``ledger_hour`` in SQL in the same transaction, so
+late data that rewrites an hour can never leave a stale daily or dashboard figure behind.
 """
 
 from __future__ import annotations
@@ -19,25 +20,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from connectors.base import DeviceInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD, names
 from service.dbtypes import table_of
-from service.ledger import bulk
-from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
+from service.ledger import bulk, partitions, retention, rollups
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
-from service.timeutil import from_ms
+from service.timeutil import from_ms, hour_start
 
-_SUMMED = (
-    "present_s",
-    "observed_s",
-    "busy_s",
-    "idle_s",
-    *HIST_COLUMNS,
-    *[f"{p}_s_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")],
-    "energy_j",
-    "cost",
-    "idle_cost",
-    "energy_cost",
-)
-_MAXED = ("mem_used_max_b", "mem_total_b", "temp_max_c")
+_SUMMED = rollups.SUMMED
+_MAXED = rollups.MAXED
 # Constant within a (device, day, workload, currency) group, so the rollup keeps any one (max):
 # the described attributes every ledger row carries, less the group's own keys, and the ingest's.
 _DIMENSIONS = (
@@ -71,10 +60,20 @@ def replace_hours(
         if device_ids
         else (table.c.source == source)
     )
-    conn.execute(delete(table).where(table.c.hour_index >= start_hour, table.c.hour_index < end_hour, scope))
+    hours = [
+        table.c.hour_index >= start_hour,
+        table.c.hour_index < end_hour,
+        # the same range on the partition key, so PostgreSQL touches only the window's months
+        table.c.hour_start >= hour_start(start_hour),
+        table.c.hour_start < hour_start(end_hour),
+    ]
+    conn.execute(delete(table).where(*hours, scope))
     if rows.is_empty():
         return 0
     dialect = conn.dialect.name
+    if dialect == "postgresql":
+        hours_written = rows["hour_index"]
+        partitions.ensure_months(conn, int(hours_written.min()), int(hours_written.max()))  # type: ignore[arg-type]
     if dialect == "postgresql":
         bulk.copy_csv(conn, table.name, _bound(rows, dialect))
     elif dialect == "sqlite":
@@ -129,7 +128,10 @@ def _records(rows: pl.DataFrame) -> list[dict[str, object]]:
 
 
 def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
-    """Recompute ``ledger_day`` for days ``[first_day, last_day]`` from ``ledger_hour``, in SQL."""
+    """Recompute every rollup of days ``[first_day, last_day]`` from ``ledger_hour``, in SQL:
+    ``ledger_day`` here, the group rollups by :func:`service.ledger.rollups.rebuild`. Every writer
+    of ``ledger_hour`` calls this in its transaction, so none can forget one of the rollups."""
+    retention.check_writable(conn, first_day)
     hour, day = table_of(LedgerHour), table_of(LedgerDay)
     conn.execute(delete(day).where(day.c.day_index >= first_day, day.c.day_index <= last_day))
     keys = [hour.c.device_id, hour.c.day_index, hour.c.workload_key, hour.c.currency]
@@ -142,11 +144,10 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
         *[func.max(hour.c[name]).label(name) for name in _MAXED],
         (func.max(case((hour.c.energy_estimated, 1), else_=0)) > 0).label("energy_estimated"),
     ]
-    query = (
-        select(*columns).where(hour.c.day_index >= first_day, hour.c.day_index <= last_day).group_by(*keys)
-    )
+    query = select(*columns).where(*rollups.hour_days(first_day, last_day)).group_by(*keys)
     names = [c.name for c in query.selected_columns]
     conn.execute(insert(day).from_select(names, query))
+    rollups.rebuild(conn, first_day, last_day)
 
 
 def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo], seen: pl.DataFrame) -> None:

@@ -18,7 +18,7 @@ from service.analytics.dims import Dimension, IdlePolicy
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
 from service.db import make_engine
-from service.models import LedgerDay, LedgerHour
+from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
 
 money = st.decimals(min_value=0, max_value=100, places=9, allow_nan=False, allow_infinity=False)
 ledger_rows = st.lists(
@@ -54,6 +54,8 @@ def test_every_policy_conserves_cost(sqlite_url: str, data) -> None:  # type: ig
         with engine.begin() as conn:
             conn.execute(LedgerHour.__table__.delete())
             conn.execute(LedgerDay.__table__.delete())
+            conn.execute(LedgerGroupHour.__table__.delete())
+            conn.execute(LedgerGroupDay.__table__.delete())
         with Session(engine) as session:
             session.add_all(
                 row(

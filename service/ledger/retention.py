@@ -1,0 +1,98 @@
+"""Retention of ``ledger_hour``: drop whole months of hours, keep their rollups (``gpu-ledger prune``).
+
+``prune(conn, before)`` removes every ``ledger_hour`` row before the month start ``before``: on a
+partitioned PostgreSQL ledger by dropping the month partitions (no row-by-row delete, no bloat) and
+deleting what the DEFAULT partition holds before it; elsewhere by one DELETE. ``ledger_day`` and the
+group rollups are not touched: they keep the pruned history.
+
+What stays exact after pruning (docs/rollups.md): answers over whole UTC days (they read
+``ledger_day`` or ``ledger_group_day``), and any window, mid-day edges and HOUR granularity
+included, of an answer the group rollups serve (grouped and filtered by rollup dimensions only).
+What does not: over pruned hours, device-level answers that read ``ledger_hour`` (HOUR granularity
+or a window's partial-day edges grouped by DEVICE/NODE/WORKLOAD, the longest idle streak, idle at a
+threshold other than the ledger's own) see no rows.
+
+The boundary is recorded (``ledger_retention``) and :func:`check_writable` refuses to rebuild the
+rollups of a pruned day: a late re-ingest or re-pricing of pruned hours would otherwise rebuild
+those days from the few hours it wrote and lose the history the rollups kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, select, text
+
+from service.dbtypes import table_of
+from service.ledger import partitions
+from service.models import LedgerHour, LedgerRetention
+from service.timeutil import EPOCH, month_index, month_start
+
+RETENTION = table_of(LedgerRetention)
+HOUR = table_of(LedgerHour)
+
+
+class PrunedHistory(Exception):
+    """A write would rebuild days whose hours were pruned."""
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    before: dt.datetime
+    partitions_dropped: list[str]
+    rows_deleted: int
+
+
+def pruned_before(conn: Connection) -> dt.datetime | None:
+    """The instant before which ``ledger_hour`` was pruned, or None."""
+    value: dt.datetime | None = conn.execute(
+        select(RETENTION.c.hours_before).where(RETENTION.c.id == 1)
+    ).scalar()
+    return value
+
+
+def check_writable(conn: Connection, first_day: int) -> None:
+    """Refuse to rebuild days from ``first_day`` on when some of them were pruned."""
+    boundary = pruned_before(conn)
+    if boundary is not None and EPOCH + dt.timedelta(days=first_day) < boundary:
+        day = (EPOCH + dt.timedelta(days=first_day)).date()
+        raise PrunedHistory(
+            f"the ledger's hours before {boundary:%Y-%m} were pruned (gpu-ledger prune); "
+            f"{day} cannot be rewritten: its rollups keep the history, which its hours no longer hold"
+        )
+
+
+def parse_month(value: str) -> dt.datetime:
+    """``YYYY-MM`` → that month's first instant, UTC."""
+    try:
+        parsed = dt.datetime.strptime(value, "%Y-%m").replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a month: use YYYY-MM, e.g. 2025-01") from None
+    return parsed
+
+
+def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = None) -> PruneResult:
+    """Drop every ``ledger_hour`` row before ``before`` (a month start, not after the current one)."""
+    before = before.astimezone(dt.UTC)
+    if before != month_start(month_index(before)):
+        raise ValueError(f"{before.isoformat()} is not the start of a UTC month")
+    current = month_start(month_index(now or dt.datetime.now(dt.UTC)))
+    if before > current:
+        raise ValueError(
+            f"refusing to prune the current or a future month: {before:%Y-%m} is after {current:%Y-%m}"
+        )
+    dropped: list[str] = []
+    if partitions.is_partitioned(conn):
+        cutoff = month_index(before)
+        for month, name in sorted(partitions.month_partitions(conn).items()):
+            if month < cutoff:
+                conn.execute(text(f'DROP TABLE "{partitions.SCHEMA}"."{name}"'))
+                dropped.append(name)
+    deleted = conn.execute(delete(HOUR).where(HOUR.c.hour_start < before)).rowcount
+    boundary = pruned_before(conn)
+    if boundary is None:
+        conn.execute(RETENTION.insert().values(id=1, hours_before=before))
+    elif boundary < before:
+        conn.execute(RETENTION.update().where(RETENTION.c.id == 1).values(hours_before=before))
+    return PruneResult(before, dropped, int(deleted or 0))

@@ -1,0 +1,130 @@
+"""The ledger's rollups: per device-day (``ledger_day``) and summed over devices per hour and per day
+(``ledger_group_hour``, ``ledger_group_day``), rebuilt from ``ledger_hour`` in SQL.
+
+Every rollup of a day is recomputed whole, in the transaction that rewrote any of the day's hours
+(:func:`service.ledger.store.rebuild_days` calls :func:`rebuild` for every writer of
+``ledger_hour``), so no rollup can disagree with the hours it sums. The group rollups are keyed by
+the non-device dimensions answers are grouped and filtered by (:data:`GROUP_KEYS`) plus whether the
+time was unallocated; money is summed exactly (NUMERIC on PostgreSQL, integer nanos on SQLite).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select
+
+from service.dbtypes import table_of
+from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
+from service.models import LedgerGroupDay, LedgerGroupHour, LedgerHour
+from service.timeutil import EPOCH
+
+#: Columns whose values add up over hours and devices.
+SUMMED: tuple[str, ...] = (
+    "present_s",
+    "observed_s",
+    "busy_s",
+    "idle_s",
+    *HIST_COLUMNS,
+    *[f"{p}_s_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")],
+    "energy_j",
+    "cost",
+    "idle_cost",
+    "energy_cost",
+)
+#: Columns kept as the largest value of what they fold.
+MAXED: tuple[str, ...] = ("mem_used_max_b", "mem_total_b", "temp_max_c")
+#: The group rollups' keys besides time and ``unallocated``: every dimension of
+#: :class:`service.analytics.dims.Dimension` except DEVICE, NODE and WORKLOAD (a pod or job name:
+#: its cardinality follows the fleet's, so keying by it would copy the ledger rather than shrink
+#: it), plus what answers label and weigh by (gpu_fraction, default_metric, currency, rate_source).
+GROUP_KEYS: tuple[str, ...] = (
+    "environment",
+    "provider",
+    "account",
+    "region",
+    "cluster",
+    "instance_type",
+    "gpu_model",
+    "gpu_fraction",
+    "project",
+    "team",
+    "user_name",
+    "namespace",
+    "default_metric",
+    "currency",
+    "rate_source",
+)
+
+HOUR = table_of(LedgerHour)
+GROUP_HOUR = table_of(LedgerGroupHour)
+GROUP_DAY = table_of(LedgerGroupDay)
+
+
+def day_bounds(first_day: int, last_day: int) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) instants of days ``first_day``…``last_day``: a ``hour_start`` range, which lets
+    PostgreSQL read only the monthly partitions of ``ledger_hour`` that hold those days."""
+    return EPOCH + dt.timedelta(days=first_day), EPOCH + dt.timedelta(days=last_day + 1)
+
+
+def hour_days(first_day: int, last_day: int) -> list[ColumnElement[bool]]:
+    """WHERE terms of ``ledger_hour`` rows of days ``[first_day, last_day]`` (partition-prunable)."""
+    lo, hi = day_bounds(first_day, last_day)
+    return [
+        HOUR.c.day_index >= first_day,
+        HOUR.c.day_index <= last_day,
+        HOUR.c.hour_start >= lo,
+        HOUR.c.hour_start < hi,
+    ]
+
+
+def _estimated(column: Any) -> ColumnElement[bool]:
+    return func.max(case((column, 1), else_=0)) > 0
+
+
+def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
+    """Recompute ``ledger_group_hour`` and ``ledger_group_day`` for days ``[first_day, last_day]``."""
+    conn.execute(  # by hour_index: the indexed column
+        delete(GROUP_HOUR).where(
+            GROUP_HOUR.c.hour_index >= first_day * 24, GROUP_HOUR.c.hour_index < (last_day + 1) * 24
+        )
+    )
+    h = HOUR
+    keys = [
+        *[h.c[k] for k in GROUP_KEYS],
+        (h.c.workload_key == "").label("unallocated"),
+        h.c.hour_index,
+        h.c.day_index,
+        h.c.month_index,
+    ]
+    hourly = (
+        select(
+            *keys,
+            func.count().label("hour_rows"),
+            *[func.sum(h.c[n]).label(n) for n in SUMMED],
+            *[func.max(h.c[n]).label(n) for n in MAXED],
+            _estimated(h.c.energy_estimated).label("energy_estimated"),
+        )
+        .where(*hour_days(first_day, last_day))
+        .group_by(*keys)
+    )
+    conn.execute(insert(GROUP_HOUR).from_select([c.name for c in hourly.selected_columns], hourly))
+
+    conn.execute(
+        delete(GROUP_DAY).where(GROUP_DAY.c.day_index >= first_day, GROUP_DAY.c.day_index <= last_day)
+    )
+    g = GROUP_HOUR
+    day_keys = [*[g.c[k] for k in GROUP_KEYS], g.c.unallocated, g.c.day_index, g.c.month_index]
+    daily = (
+        select(
+            *day_keys,
+            func.sum(g.c.hour_rows).label("hour_rows"),
+            *[func.sum(g.c[n]).label(n) for n in SUMMED],
+            *[func.max(g.c[n]).label(n) for n in MAXED],
+            _estimated(g.c.energy_estimated).label("energy_estimated"),
+        )
+        .where(g.c.hour_index >= first_day * 24, g.c.hour_index < (last_day + 1) * 24)
+        .group_by(*day_keys)
+    )
+    conn.execute(insert(GROUP_DAY).from_select([c.name for c in daily.selected_columns], daily))
