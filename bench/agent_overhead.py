@@ -1,7 +1,8 @@
 """Benchmark (c): the node agent's CPU and peak RSS at 1 s sampling, agent alone.
 
     .venv/bin/python bench/agent_overhead.py [--seconds 120] [--fake-nvml] [--gpus 1]
-                                             [--entry console|agent|cli] [--tree DIR] [--out DIR]
+                                             [--entry console|agent|cli] [--tree DIR] [--python EXE]
+                                             [--out DIR]
 
 Runs the agent — ``--entry console``: ``gpu-ledger agent`` as the installed console script runs it
 (service/agent/entry.py); ``agent``: ``python -m service.agent``; ``cli``: through the typer app,
@@ -145,6 +146,9 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the fake NVML serves")
     parser.add_argument("--entry", choices=["console", "agent", "cli"], default="console")
     parser.add_argument("--tree", type=Path, default=ROOT, help="source tree the agent runs from")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter (e.g. a venv's) the agent runs on"
+    )
     parser.add_argument("--out", type=Path, help="write agent_overhead.json and the agent's log here")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gl-agent-bench-"))
@@ -168,9 +172,9 @@ def main() -> int:
         '[agent.source_options]\nnode = "bench"\n'
     )
     command = {
-        "console": [sys.executable, "-c", "from service.agent.entry import main; main()", "agent"],
-        "agent": [sys.executable, "-m", "service.agent"],
-        "cli": [sys.executable, "-c", "from service.cli import app; app()", "agent"],
+        "console": [args.python, "-c", "from service.agent.entry import main; main()", "agent"],
+        "agent": [args.python, "-m", "service.agent"],
+        "cli": [args.python, "-c", "from service.cli import app; app()", "agent"],
     }[args.entry]
     log_path = tmp / "agent.log"
     t_spawn = time.monotonic()
@@ -198,7 +202,7 @@ def main() -> int:
             time.sleep(0.5)
         cpu1, t1 = cpu_s(agent.pid), time.monotonic()
         result = {
-            "command": " ".join([Path(command[0]).name, *command[1:]]),
+            "command": " ".join([command[0], *command[1:]]),
             "tree": tree,
             "python": platform.python_version(),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
