@@ -36,9 +36,9 @@ rates (rate cards), else left unpriced. The daily rollup is rebuilt for every to
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
@@ -58,18 +58,19 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy import column as sql_column
+from sqlalchemy import table as sql_table
 
 from connectors.sdk.shapes import DEVICE
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.dbtypes import table_of
-from service.ledger import store
-from service.ledger import version as ledger_version
+from service.ledger import bulk, partitions, store
 from service.models import BillingLine, Device, GpuRate, LedgerHour
 from service.money import Money, Quantity, from_nanos, to_nanos
 from service.pricing.apply import INPUT_COLUMNS, PriceBook, price_rows
 from service.pricing.common import PricingError
 from service.pricing.rates import BILLING_KIND, BILLING_PRECEDENCE
-from service.timeutil import ceil_hour, floor_hour, hour_index, hour_start, month_index
+from service.timeutil import ceil_hour, floor_hour, hour_index, hour_start
 
 UNMONITORED_SUFFIX = "/unmonitored"
 US_PER_HOUR = 3_600_000_000
@@ -137,23 +138,12 @@ class _Span:
 
 
 @dataclass
-class _ResourceHour:
-    b: Fraction = Fraction(0)  # billed GPU-hours
-    eff: int = 0  # nanos
-    billed: int = 0
-    list: int | None = 0
-    currency: str = ""
-    source: str = ""
-
-
-@dataclass
 class _Resource:
     provider: str
     account: str | None = None
     region: str | None = None
     instance_type: str | None = None
     gpu_model: str | None = None
-    hours: dict[int, _ResourceHour] = field(default_factory=dict)
 
 
 def allocate_nanos(total: int, weights: Sequence[Fraction]) -> list[int]:
@@ -171,14 +161,6 @@ def allocate_nanos(total: int, weights: Sequence[Fraction]) -> list[int]:
     for i in order[:leftover]:
         floors[i] += 1
     return floors
-
-
-def _round_half_even(value: Fraction) -> int:
-    q, r = divmod(value.numerator, value.denominator)
-    twice = 2 * r
-    if twice > value.denominator or (twice == value.denominator and q % 2):
-        q += 1
-    return q
 
 
 def _gpu_resources(conn: Connection, start: dt.datetime, end: dt.datetime) -> list[str]:
@@ -268,17 +250,23 @@ def _spans(conn: Connection, start: dt.datetime, end: dt.datetime, resources: li
 
 
 def _device_rows(conn: Connection, start_h: int, end_h: int, resources: list[str]) -> pl.DataFrame:
+    """The billed instances' metered device rows of the window, in id order (remainder ties go to
+    the lower id): ``p_us``/``i_us`` present and idle µs, ``gpu_fraction``."""
     c = _HOUR.c
-    stmt = select(c.id, c.instance_id, c.hour_index, c.present_s, c.idle_s, c.gpu_fraction).where(
-        c.hour_index >= start_h,
-        c.hour_index < end_h,
-        c.instance_id.in_(resources),
-        ~is_unmonitored(c.device_id),
+    stmt = (
+        select(c.id, c.instance_id, c.hour_index, c.hour_start, c.present_s, c.idle_s, c.gpu_fraction)
+        .where(
+            c.hour_index >= start_h,
+            c.hour_index < end_h,
+            c.instance_id.in_(resources),
+            ~is_unmonitored(c.device_id),
+        )
+        .order_by(c.id)
     )
     rows = conn.execute(stmt).all()
-    schema = {
-        "id": pl.Int64, "instance_id": pl.String, "hour_index": pl.Int64,
-        "present_s": pl.Float64, "idle_s": pl.Float64, "gpu_fraction": pl.Float64,
+    schema: dict[str, pl.DataType] = {
+        "id": pl.Int64(), "resource": pl.String(), "h": pl.Int64(), "hour_start": _UTC,
+        "present_s": pl.Float64(), "idle_s": pl.Float64(), "gpu_fraction": pl.Float64(),
     }  # fmt: skip
     return pl.DataFrame([tuple(r) for r in rows], schema=schema, orient="row").with_columns(
         p_us=(pl.col("present_s") * 1e6).round(0).cast(pl.Int64).clip(lower_bound=0),
@@ -290,68 +278,324 @@ def _fraction(value: float) -> Fraction:
     return Fraction(value).limit_denominator(_FRACTION_DENOMINATOR)
 
 
-def _spread(span: _Span, present: dict[int, Fraction], share: Decimal) -> dict[int, _ResourceHour]:
-    """The span's GPU-hours and amounts per hour (see the module docstring for which hours)."""
-    hours = list(range(span.h0, span.h1))
-    b = Fraction(span.gpu_hours)
-    g = span.gpu_count
-    weights: dict[int, Fraction] = {}
-    if len(hours) == 1:
-        weights[hours[0]] = b
-    elif b > 0 and g and b <= g * len(hours):
-        order = [h for h in hours if present.get(h, 0) > 0] + [h for h in hours if present.get(h, 0) <= 0]
-        left = b
-        for h in order:
-            if left <= 0:
-                break
-            weights[h] = min(Fraction(g), left)
-            left -= weights[h]
-    elif b > 0:
-        weights = {h: b / len(hours) for h in hours}
-    gpu_weighted = bool(weights)
-    if not weights:  # no GPU-hours in the span (a fee, a credit): its hours of presence, else all
-        seen = [h for h in hours if present.get(h, 0) > 0] or hours
-        weights = {h: Fraction(1) for h in seen}
-    keys = sorted(weights)
-    w = [weights[h] for h in keys]
+# --- exact integer arithmetic on columns --------------------------------------------------------
+#
+# Every GPU-µs quantity is an Int128 count of 1/K µs, K (``scale``) chosen so each one is whole:
+# a device row weighs ``p_us × gpu_fraction`` (a fraction n/d, d ≤ 1000, as service.pricing.apply
+# reads it), a span's billed GPU-hours are whole nano-GPU-hours G, so G × 3.6e9 / 1e9 µs = 18·G/5;
+# spread evenly over n hours, 18·G/(5n). K = lcm(5, every d, 5n of every evenly spread span).
+# Largest remainder and half-even rounding are then integer floor division and remainders, equal
+# to the rational arithmetic of :func:`allocate_nanos` and ``_round_half_even``.
 
-    def split(amount: Decimal | None) -> list[int | None]:
-        if amount is None:
-            return [None] * len(keys)
-        return list(allocate_nanos(to_nanos(amount * share), w))
+_I128 = pl.Int128
+_UTC = pl.Datetime("us", "UTC")
+_NANO_GPU_HOUR = 10**9
+#: |products| stay below this (Int128 holds 2^127): beyond it, the exact Python path.
+_SAFE = 2**125
 
-    eff, billed, lst = split(span.effective), split(span.billed), split(span.list_cost)
-    out = {}
-    for i, h in enumerate(keys):
-        out[h] = _ResourceHour(
-            b=weights[h] if gpu_weighted else Fraction(0),
-            eff=eff[i] or 0,
-            billed=billed[i] or 0,
-            list=lst[i],
-            currency=span.currency,
-            source=span.source,
+
+def _half_even(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    """``numerator / denominator`` (``denominator`` > 0) rounded half to even, as integers."""
+    q = numerator // denominator
+    twice = (numerator - q * denominator) * 2
+    up = (twice > denominator) | ((twice == denominator) & (q % 2 == 1))
+    return q + up.cast(_I128)
+
+
+def _allocate(
+    frame: pl.DataFrame, group: list[str], totals: list[str], weight: str, order: str
+) -> pl.DataFrame:
+    """Each ``totals`` column (one value per group, null: null parts) split over the group's rows
+    by ``weight`` (≥ 0; all zero: evenly) with the largest-remainder rule, remainder ties to the
+    lowest ``order`` — :func:`allocate_nanos` per group. Adds ``<total>_part``; keeps row order."""
+    w = pl.col(weight)
+    frame = frame.with_columns(
+        _w=pl.when(w.sum().over(group) == 0).then(pl.lit(1, _I128)).otherwise(w).cast(_I128),
+        _row=pl.int_range(pl.len(), dtype=pl.Int64),
+    ).with_columns(_s=pl.col("_w").sum().over(group))
+    for total in totals:
+        t = pl.col(total).cast(_I128)
+        frame = frame.with_columns(_fl=(t * pl.col("_w")) // pl.col("_s")).with_columns(
+            _rem=t * pl.col("_w") - pl.col("_fl") * pl.col("_s"),
+            _left=t - pl.col("_fl").sum().over(group),
         )
+        frame = frame.sort([*group, "_rem", order], descending=[*(False for _ in group), True, False])
+        rank = pl.int_range(pl.len(), dtype=pl.Int64).over(group).cast(_I128)
+        frame = frame.with_columns(
+            (pl.col("_fl") + (rank < pl.col("_left")).cast(_I128)).alias(f"{total}_part")
+        ).sort("_row")
+    return frame.drop("_w", "_row", "_s", "_fl", "_rem", "_left", strict=False)
+
+
+def _lcm(values: object) -> int:
+    out = 1
+    for v in values:  # type: ignore[attr-defined]
+        out = math.lcm(out, int(v))
     return out
 
 
-def _add(into: _ResourceHour, part: _ResourceHour, resource: str) -> None:
-    if into.currency and into.currency != part.currency:
+def _span_frame(spans: list[_Span], share: Decimal) -> pl.DataFrame:
+    """The spans as columns: money ``× share`` as nanos (rounded half-even once, as before) and
+    billed GPU-hours as whole nano-GPU-hours. One Python step per span for the Decimal products."""
+
+    def nanos(values: list[Decimal | None]) -> list[int | None]:
+        return [None if v is None else to_nanos(v * share) for v in values]
+
+    gpu = [to_nanos(s.gpu_hours) for s in spans]
+    if any(Decimal(g).scaleb(-9) != s.gpu_hours for g, s in zip(gpu, spans, strict=True)):
+        raise PricingError("billed GPU-hours finer than 1e-9 cannot be priced exactly")  # Quantity's scale
+    return pl.DataFrame(
+        {
+            "span": range(len(spans)),
+            "resource": [s.resource for s in spans],
+            "h0": [s.h0 for s in spans],
+            "h1": [s.h1 for s in spans],
+            "currency": [s.currency for s in spans],
+            "source": [s.source for s in spans],
+            "eff": nanos([s.effective for s in spans]),
+            "billed": nanos([s.billed for s in spans]),
+            "list": nanos([s.list_cost for s in spans]),
+            "G": gpu,
+            "g": [s.gpu_count for s in spans],
+        },
+        schema={"span": pl.Int64, "resource": pl.String, "h0": pl.Int64, "h1": pl.Int64,
+                "currency": pl.String, "source": pl.String, "eff": _I128, "billed": _I128,
+                "list": _I128, "G": _I128, "g": pl.Int64},
+    )  # fmt: skip
+
+
+def _resources_frame(spans: list[_Span], catalog: InstanceCatalog) -> pl.DataFrame:
+    """Per resource, what its unmonitored rows say: the first span's provider, the first non-empty
+    account, region and instance type (spans in order), the catalog's GPU model of that type."""
+    book: dict[str, _Resource] = {}
+    for span in spans:
+        res = book.setdefault(span.resource, _Resource(span.provider))
+        res.account = res.account or span.account
+        res.region = res.region or span.region
+        res.instance_type = res.instance_type or span.instance_type
+    for res in book.values():
+        entry = catalog.get(res.instance_type)
+        res.gpu_model = entry.gpu_model if entry else None
+    return pl.DataFrame(
+        [(k, r.provider, r.account, r.region, r.instance_type, r.gpu_model) for k, r in book.items()],
+        schema=dict.fromkeys(
+            ["resource", "provider", "account", "region", "instance_type", "gpu_model"], pl.String
+        ),
+        orient="row",
+    )
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """What re-pricing computed: device rows' new prices, unmonitored rows, rate runs."""
+
+    updates: pl.DataFrame  # id, hour_start, cost (nanos), idle_cost (nanos), currency, rate_source
+    unmonitored: pl.DataFrame  # resource, h, cost (nanos), gap (1/scale µs), currency, source, rate_source
+    rates: list[_RateRun]
+    scale: int
+    resources: int
+
+
+def _price(spans: list[_Span], devices: pl.DataFrame, share: Decimal) -> _Priced:
+    """The bill's share per resource-hour and its split over device rows, column-wise."""
+    frame = _span_frame(spans, share)
+    fractions = {f: _fraction(f) for f in devices["gpu_fraction"].unique().to_list()}
+    lengths = (
+        frame.filter(pl.col("h1") - pl.col("h0") > 1)["h1"]
+        - frame.filter(pl.col("h1") - pl.col("h0") > 1)["h0"]
+    )
+    scale = _lcm(
+        [5, *(f.denominator for f in fractions.values()), *(5 * n for n in lengths.unique().to_list())]
+    )
+    frac = pl.DataFrame(
+        {"gpu_fraction": list(fractions), "_fn": [f.numerator for f in fractions.values()],
+         "_fd": [f.denominator for f in fractions.values()]},
+        schema={"gpu_fraction": pl.Float64, "_fn": _I128, "_fd": _I128},
+    )  # fmt: skip
+    devices = devices.join(frac, on="gpu_fraction", how="left", maintain_order="left").with_columns(
+        w=pl.col("p_us").cast(_I128) * pl.col("_fn") * (pl.lit(scale, _I128) // pl.col("_fd"))
+    )
+    present = devices.group_by("resource", "h").agg(P=pl.col("w").sum(), rows=pl.len())
+
+    # --- spans → hours (module docstring: which hours a span covers)
+    n = pl.col("h1") - pl.col("h0")
+    hours = (
+        frame.with_columns(h=pl.int_ranges("h0", "h1"))
+        .explode("h")
+        .join(present.select("resource", "h", "P"), on=["resource", "h"], how="left", maintain_order="left")
+        .with_columns(pres=pl.col("P").fill_null(0) > 0, n=n)
+    )
+    g_nano = pl.col("g").cast(_I128) * _NANO_GPU_HOUR
+    single = pl.col("n") == 1
+    greedy = ~single & (pl.col("G") > 0) & pl.col("g").is_not_null() & (pl.col("g") != 0)
+    greedy = greedy & (pl.col("G") <= g_nano * pl.col("n").cast(_I128))
+    even = ~single & ~greedy & (pl.col("G") > 0)
+    pres_i = pl.col("pres").cast(pl.Int64)
+    position = (
+        pl.when(pl.col("pres"))
+        .then(pres_i.cum_sum().over("span") - 1)
+        .otherwise(pres_i.sum().over("span") + (1 - pres_i).cum_sum().over("span") - 1)
+    )
+    left = pl.col("G") - position.cast(_I128) * g_nano
+    hours = hours.with_columns(
+        kind=pl.when(single).then(0).when(greedy).then(1).when(even).then(2).otherwise(3),
+        left=left,
+        g_nano=g_nano,
+    )
+    any_present = pl.col("pres").any().over("span")
+    hours = hours.filter(
+        pl.when(pl.col("kind") == 1)
+        .then(pl.col("left") > 0)
+        .when(pl.col("kind") == 3)
+        .then(pl.col("pres") | ~any_present)
+        .otherwise(True)
+    )
+    k = pl.lit(scale, _I128)
+    hours = hours.with_columns(
+        weight=pl.when(pl.col("kind") == 1)
+        .then(pl.min_horizontal("g_nano", "left"))
+        .otherwise(pl.lit(1, _I128)),
+        b=pl.when(pl.col("kind") == 0)
+        .then(pl.col("G") * 18 * k // 5)
+        .when(pl.col("kind") == 1)
+        .then(pl.min_horizontal("g_nano", "left") * 18 * k // 5)
+        .when(pl.col("kind") == 2)
+        .then(pl.col("G") * 18 * k // (5 * pl.col("n").cast(_I128)))
+        .otherwise(pl.lit(0, _I128)),
+    )
+    _check_magnitude(hours, ["eff", "billed", "list"], "weight")
+    hours = _allocate(hours, ["span"], ["eff", "billed", "list"], "weight", "h")
+
+    # --- per resource-hour: the bill's share (one currency), billed GPU-µs
+    clash = hours.with_columns(first=pl.col("currency").sort_by("span").first().over("resource", "h")).filter(
+        pl.col("currency") != pl.col("first")
+    )
+    if clash.height:
+        row = clash.sort("span", "h").row(0, named=True)
         raise PricingError(
-            f"billing lines of resource {resource!r} are in {into.currency} and {part.currency} for the "
-            f"same hour; a GPU resource must be billed in one currency"
+            f"billing lines of resource {row['resource']!r} are in {row['first']} and {row['currency']} for "
+            f"the same hour; a GPU resource must be billed in one currency"
         )
-    into.b += part.b
-    into.eff += part.eff
-    into.billed += part.billed
-    into.list = None if into.list is None or part.list is None else into.list + part.list
-    into.currency = part.currency
-    into.source = min(filter(None, (into.source, part.source)))
+    rh = (
+        hours.group_by("resource", "h")
+        .agg(
+            B=pl.col("b").sum(),
+            eff=pl.col("eff_part").sum(),
+            billed=pl.col("billed_part").sum(),
+            list=pl.when(pl.col("list_part").null_count() == 0).then(pl.col("list_part").sum()),
+            currency=pl.col("currency").first(),
+            source=pl.col("source").min(),
+        )
+        .join(present, on=["resource", "h"], how="left")
+        .with_columns(P=pl.col("P").fill_null(pl.lit(0, _I128)), rows=pl.col("rows").fill_null(0))
+        .with_columns(
+            gap=pl.when(pl.col("B") > pl.col("P")).then(pl.col("B") - pl.col("P")).otherwise(pl.lit(0, _I128))
+        )
+        .with_columns(
+            extra=(pl.col("gap") > 0)
+            | ((pl.col("rows") == 0) & ((pl.col("eff") != 0) | (pl.col("billed") != 0))),
+            rate_source=pl.lit(f"{BILLING_KIND}:") + pl.col("source"),
+        )
+        .sort("resource", "h")
+    )
+
+    # --- the hour's share over its device rows (by present GPU-µs) and the unmonitored gap
+    parts = pl.concat(
+        [
+            devices.join(rh.select("resource", "h", "eff"), on=["resource", "h"], how="inner").select(
+                "resource", "h", "id", "w", "eff", order="id"
+            ),
+            rh.filter("extra").select(
+                "resource",
+                "h",
+                pl.lit(None, pl.Int64).alias("id"),
+                pl.col("gap").alias("w"),
+                "eff",
+                order=pl.lit(2**62, pl.Int64),
+            ),
+        ]
+    )
+    _check_magnitude(parts, ["eff"], "w")
+    parts = _allocate(parts, ["resource", "h"], ["eff"], "w", "order")
+    device_parts = parts.filter(pl.col("id").is_not_null()).join(
+        devices.select("id", "hour_start", "p_us", "i_us"), on="id", how="left", maintain_order="left"
+    )
+    p = pl.col("p_us").cast(_I128)
+    idle = pl.when(p > 0).then(
+        _half_even(pl.col("eff_part") * pl.min_horizontal("i_us", "p_us").cast(_I128), p)
+    )
+    labels = rh.select("resource", "h", "currency", "rate_source")
+    cost = pl.col("eff_part").alias("cost")
+    updates = device_parts.join(labels, on=["resource", "h"], how="left", maintain_order="left").select(
+        "id", "hour_start", cost, idle.fill_null(0).alias("idle_cost"), "currency", "rate_source"
+    )
+    unmonitored = (
+        parts.filter(pl.col("id").is_null())
+        .select("resource", "h", pl.col("eff_part").alias("cost"))
+        .join(rh.select("resource", "h", "gap", "currency", "source", "rate_source"), on=["resource", "h"])
+        .sort("resource", "h")
+    )
+
+    # --- rates: effective, billed and list per GPU-hour of max(B, P); runs of equal rates
+    denominator = pl.max_horizontal("B", "P")
+    per_hour = pl.lit(US_PER_HOUR * scale, _I128)
+
+    def rate(column: str) -> pl.Expr:
+        return pl.when((denominator > 0) & pl.col(column).is_not_null()).then(
+            _half_even(pl.col(column) * per_hour, denominator)
+        )
+
+    _check_magnitude(
+        rh.with_columns(_one=pl.lit(US_PER_HOUR * scale, _I128)), ["eff", "billed", "list"], "_one"
+    )
+    priced = rh.with_columns(r_eff=rate("eff"), r_billed=rate("billed"), r_list=rate("list")).filter(
+        pl.col("r_eff").is_not_null()
+    )
+    key = ["r_eff", "r_billed", "r_list", "currency", "source"]
+    same = pl.all_horizontal(*(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in key))
+    new_run = (pl.col("resource") != pl.col("resource").shift(1)).fill_null(True) | ~same.fill_null(False)
+    new_run = new_run | (pl.col("h") != pl.col("h").shift(1) + 1).fill_null(True)
+    runs = (
+        priced.with_columns(run=new_run.cum_sum())
+        .group_by("run", maintain_order=True)
+        .agg(
+            pl.col("resource").first(),
+            pl.col("h").min().alias("start_h"),
+            (pl.col("h").max() + 1).alias("end_h"),
+            *(pl.col(c).first() for c in key),
+        )  # fmt: skip
+    )
+    providers = dict(zip(*(_first_providers(spans)), strict=True))
+    rates = [
+        _RateRun((int(e), _int(b), _int(li), cur, src), s, t, providers[res], res)
+        for _, res, s, t, e, b, li, cur, src in runs.iter_rows()
+    ]
+    return _Priced(updates, unmonitored, rates, scale, frame["resource"].n_unique())
 
 
-def _per_gpu_hour(nanos: int | None, gpu_us: Fraction) -> int | None:
-    if nanos is None or gpu_us <= 0:
-        return None
-    return _round_half_even(nanos * US_PER_HOUR / gpu_us)
+def _int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _first_providers(spans: list[_Span]) -> tuple[list[str], list[str]]:
+    first: dict[str, str] = {}
+    for span in spans:
+        first.setdefault(span.resource, span.provider)
+    return list(first), list(first.values())
+
+
+def _check_magnitude(frame: pl.DataFrame, totals: list[str], weight: str) -> None:
+    """The Int128 products stay exact: |total| × Σ weights below 2^125 (amounts beyond 10^24 nanos
+    with fractions of very different denominators would pass it); else refuse, naming why."""
+    if frame.is_empty():
+        return
+    big_w = frame.select(pl.col(weight).cast(pl.Float64).abs().sum()).item() or 0.0
+    for total in totals:
+        big_t = frame.select(pl.col(total).cast(pl.Float64).abs().max()).item() or 0.0
+        if big_t * max(big_w, 1.0) >= float(_SAFE):
+            raise PricingError(
+                "billing amounts or GPU fractions too large to re-price exactly in 128-bit integers"
+            )
 
 
 def reprice(
@@ -367,6 +611,12 @@ def reprice(
     One transaction: billing ``GpuRate`` rows and unmonitored-spend rows of the window are replaced,
     device rows of billed instances get their bill share, the day rollup is rebuilt.
     ``catalog`` (default: the bundled one) names the GPU model of unmonitored-spend rows.
+
+    Column-wise: the bill's share per resource-hour, its split over device rows and the rates are
+    Polars expressions over Int128 (exact: the same numbers as the rational arithmetic the module
+    docstring states); the device rows' prices are written by one ``UPDATE … FROM`` a temporary
+    table (loaded by ``COPY`` on PostgreSQL, one ``executemany`` on SQLite), the unmonitored rows by
+    ``COPY``/one ``executemany``.
     """
     catalog = catalog or bundled_catalog()
     share = Decimal(str(gpu_cost_share)) if isinstance(gpu_cost_share, float) else Decimal(gpu_cost_share)
@@ -378,125 +628,159 @@ def reprice(
         start_h, end_h = hour_index(start), hour_index(end)
         spans = _spans(conn, start, end, resources) if resources else []
         devices = _device_rows(conn, start_h, end_h, resources)
+        priced = _price(spans, devices, share)
+        unmonitored = _unmonitored_rows(priced, _resources_frame(spans, catalog))
 
-        present: dict[tuple[str, int], Fraction] = defaultdict(Fraction)
-        dev_by_hour: dict[tuple[str, int], list[tuple[int, Fraction, int, int]]] = defaultdict(list)
-        for rid, res, h, p_us, i_us, frac in devices.select(
-            "id", "instance_id", "hour_index", "p_us", "i_us", "gpu_fraction"
-        ).iter_rows():
-            weight = p_us * _fraction(frac)
-            present[(res, h)] += weight
-            dev_by_hour[(res, h)].append((rid, weight, p_us, i_us))
-
-        book: dict[str, _Resource] = {}
-        for span in spans:
-            res = book.setdefault(span.resource, _Resource(span.provider))
-            res.account = res.account or span.account
-            res.region = res.region or span.region
-            res.instance_type = res.instance_type or span.instance_type
-            entry = catalog.get(res.instance_type)
-            res.gpu_model = entry.gpu_model if entry else None
-            pres = {h: present.get((span.resource, h), Fraction(0)) for h in range(span.h0, span.h1)}
-            for h, part in _spread(span, pres, share).items():
-                _add(res.hours.setdefault(h, _ResourceHour(list=0)), part, span.resource)
-
-        updates: list[dict[str, object]] = []
-        unmonitored: list[dict[str, object]] = []
-        rates: list[_RateRun] = []
-        repriced_ids: set[int] = set()
-        for resource, res in sorted(book.items()):
-            run: _RateRun | None = None
-            for h in sorted(res.hours):
-                rh = res.hours[h]
-                rows = dev_by_hour.get((resource, h), [])
-                p_total = sum((w for _, w, _, _ in rows), Fraction(0))
-                b_us = rh.b * US_PER_HOUR
-                gap = b_us - p_total if b_us > p_total else Fraction(0)
-                rate_source = f"{BILLING_KIND}:{rh.source}"
-                extra = gap > 0 or (not rows and (rh.eff or rh.billed))
-                weights = [w for _, w, _, _ in rows] + ([gap] if extra else [])
-                costs = allocate_nanos(rh.eff, weights)
-                for (rid, _, p_us, i_us), nanos in zip(rows, costs, strict=False):
-                    idle = _round_half_even(Fraction(nanos * min(i_us, p_us), p_us)) if p_us else 0
-                    updates.append(
-                        {"_id": rid, "_cost": from_nanos(nanos), "_idle": from_nanos(idle),
-                         "_cur": rh.currency, "_src": rate_source}
-                    )  # fmt: skip
-                    repriced_ids.add(rid)
-                if len(weights) > len(rows):
-                    unmonitored.append(_unmonitored_row(resource, res, h, gap, costs[-1], rh, rate_source))
-                denominator = max(b_us, p_total)
-                eff_rate = _per_gpu_hour(rh.eff, denominator)
-                if eff_rate is None:
-                    run = None
-                    continue
-                key = (
-                    eff_rate,
-                    _per_gpu_hour(rh.billed, denominator),
-                    _per_gpu_hour(rh.list, denominator),
-                    rh.currency,
-                    rh.source,
-                )
-                if run is not None and run.key == key and run.end_h == h:
-                    run.end_h = h + 1
-                    continue
-                run = _RateRun(key, h, h + 1, res.provider, resource)
-                rates.append(run)
-
-        _replace_rates(conn, start, end, [_rate_record(r) for r in rates])
+        _replace_rates(conn, start, end, [_rate_record(r) for r in priced.rates])
         conn.execute(
             _HOUR.delete().where(
                 _HOUR.c.hour_index >= start_h, _HOUR.c.hour_index < end_h, is_unmonitored(_HOUR.c.device_id)
             )
         )
-        if updates:
-            conn.execute(
-                _SET_PRICE,
-                updates,
-            )
-        if unmonitored:
-            conn.execute(insert(_HOUR), unmonitored)
+        _set_prices(conn, priced.updates)
+        if unmonitored.height:
+            _insert_hours(conn, unmonitored)
             _upsert_devices(conn, unmonitored)
-        _reprice_orphans(conn, start_h, end_h, repriced_ids)
+        _reprice_orphans(conn, start_h, end_h)
+        if conn.dialect.name == "sqlite":  # PostgreSQL drops it at commit
+            conn.exec_driver_sql(f"DELETE FROM temp.{_PRICED}")
         if end_h > start_h:
             store.rebuild_days(conn, start_h // 24, (end_h - 1) // 24)
-        ledger_version.bump(conn)
-    return RepriceResult(start, end, len(book), len(rates), len(updates), len(unmonitored))
+    return RepriceResult(
+        start, end, priced.resources, len(priced.rates), priced.updates.height, unmonitored.height
+    )
 
 
-def _unmonitored_row(
-    resource: str,
-    res: _Resource,
-    h: int,
-    gap_us: Fraction,
-    cost_nanos: int,
-    rh: _ResourceHour,
-    rate_source: str,
-) -> dict[str, object]:
-    start = hour_start(h)
-    return {
-        "source": rh.source,
-        "device_id": unmonitored_device_id(resource),
-        "workload_key": "",
-        "environment": res.provider,
-        "provider": res.provider,
-        "account": res.account,
-        "region": res.region,
-        "instance_id": resource,
-        "instance_type": res.instance_type,
-        "gpu_model": res.gpu_model,
-        "gpu_fraction": 1.0,
-        "default_metric": "sm_active",
-        "present_s": round(float(gap_us) / 1e6, 6),
-        "cost": from_nanos(cost_nanos),
-        "idle_cost": from_nanos(0),
-        "currency": rh.currency,
-        "rate_source": rate_source,
-        "hour_start": start,
-        "hour_index": h,
-        "day_index": h // 24,
-        "month_index": month_index(start),
-    }
+#: The temporary table the device rows' new prices go through (one ``UPDATE … FROM`` it).
+_PRICED = "billing_repriced"
+
+
+def _set_prices(conn: Connection, updates: pl.DataFrame) -> None:
+    """``ledger_hour`` rows ``updates.id`` get their cost, idle cost, currency and rate source (and
+    no energy cost) in one ``UPDATE … FROM`` a temporary table; the table keeps the ids for
+    :func:`_reprice_orphans`."""
+    dialect = conn.dialect.name
+    frame = updates.select("id", "hour_start", "cost", "idle_cost", "currency", "rate_source")
+    set_clause = (
+        "cost = p.cost, idle_cost = p.idle_cost, energy_cost = NULL, currency = p.currency,"
+        " rate_source = p.rate_source"
+    )
+    if dialect == "postgresql":
+        conn.exec_driver_sql(
+            f"CREATE TEMP TABLE IF NOT EXISTS {_PRICED} (id integer NOT NULL,"
+            " hour_start timestamptz NOT NULL, cost numeric(24, 9), idle_cost numeric(24, 9),"
+            " currency varchar(3), rate_source varchar(200))"
+            " ON COMMIT DROP"
+        )
+        conn.exec_driver_sql(f"TRUNCATE {_PRICED}")
+        bulk.copy_csv(
+            conn,
+            _PRICED,
+            frame.with_columns(
+                bulk.nanos_text("cost"), bulk.nanos_text("idle_cost"), bulk.pg_time("hour_start")
+            ),
+        )
+        conn.exec_driver_sql(f"ANALYZE {_PRICED}")
+        if frame.height:
+            conn.exec_driver_sql(
+                f"UPDATE ledger_hour AS h SET {set_clause} FROM {_PRICED} AS p"
+                " WHERE h.id = p.id AND h.hour_start = p.hour_start"
+            )
+        return
+    if dialect != "sqlite":
+        raise PricingError(f"re-pricing supports PostgreSQL and SQLite, not {dialect}")
+    conn.exec_driver_sql(
+        f"CREATE TEMP TABLE IF NOT EXISTS {_PRICED} (id INTEGER PRIMARY KEY, hour_start TEXT,"
+        " cost BIGINT, idle_cost BIGINT, currency VARCHAR(3), rate_source VARCHAR(200))"
+    )
+    conn.exec_driver_sql(f"DELETE FROM temp.{_PRICED}")
+    if frame.height:
+        bulk.insert_tuples(
+            conn,
+            f"{_PRICED}",
+            frame.with_columns(pl.col("cost", "idle_cost").cast(pl.Int64), bulk.sqlite_time("hour_start")),
+        )
+        conn.exec_driver_sql(
+            f"UPDATE ledger_hour AS h SET {set_clause} FROM temp.{_PRICED} AS p WHERE h.id = p.id"
+        )
+
+
+def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
+    """The unmonitored-spend rows (module docstring) as ``ledger_hour`` columns, money in nanos."""
+    rows = priced.unmonitored
+    gaps = rows["gap"].unique().to_list()
+    # as before: the gap's µs as the nearest float, then seconds rounded to the µs
+    seconds = {g: round(float(Fraction(int(g), priced.scale)) / 1e6, 6) for g in gaps}
+    present = pl.DataFrame({"gap": gaps, "present_s": [seconds[g] for g in gaps]},
+                           schema={"gap": _I128, "present_s": pl.Float64})  # fmt: skip
+    hour = (
+        pl.from_epoch(pl.col("h") * 3600, time_unit="s").dt.replace_time_zone("UTC").dt.cast_time_unit("us")
+    )
+    return (
+        rows.join(present, on="gap", how="left", maintain_order="left")
+        .join(resources, on="resource", how="left", maintain_order="left")
+        .select(
+            "source",
+            (pl.col("resource") + UNMONITORED_SUFFIX).alias("device_id"),
+            pl.lit("").alias("workload_key"),
+            pl.col("provider").alias("environment"),
+            "provider",
+            "account",
+            "region",
+            pl.col("resource").alias("instance_id"),
+            "instance_type",
+            "gpu_model",
+            pl.lit(1.0).alias("gpu_fraction"),
+            pl.lit("sm_active").alias("default_metric"),
+            "present_s",
+            pl.col("cost"),
+            pl.lit(0, _I128).alias("idle_cost"),
+            "currency",
+            "rate_source",
+            hour.alias("hour_start"),
+            pl.col("h").alias("hour_index"),
+            (pl.col("h") // 24).alias("day_index"),
+            ((hour.dt.year().cast(pl.Int64) - 1970) * 12 + hour.dt.month().cast(pl.Int64) - 1).alias(
+                "month_index"
+            ),
+        )  # fmt: skip
+    )
+
+
+def _insert_hours(conn: Connection, rows: pl.DataFrame) -> None:
+    """``rows`` into ``ledger_hour`` (COPY on PostgreSQL, one executemany on SQLite), each column
+    the frame lacks at its column default, money from nanos as the column type binds it."""
+    table = _HOUR
+    given = set(rows.columns)
+    defaults = []
+    for column in table.columns:
+        if column.name == "id" or column.name in given:
+            continue
+        default = column.default
+        value = (
+            getattr(default, "arg", None)
+            if default is not None and getattr(default, "is_scalar", False)
+            else None
+        )
+        defaults.append(pl.lit(value).alias(column.name))
+    frame = rows.with_columns(defaults) if defaults else rows
+    if conn.dialect.name == "postgresql":
+        first, last = frame["hour_index"].min(), frame["hour_index"].max()
+        assert isinstance(first, int) and isinstance(last, int), "unmonitored rows have hours"
+        partitions.ensure_months(conn, first, last)
+        bulk.copy_csv(
+            conn,
+            table.name,
+            frame.with_columns(
+                bulk.nanos_text("cost"), bulk.nanos_text("idle_cost"), bulk.pg_time("hour_start")
+            ),
+        )
+    else:
+        bulk.insert_tuples(
+            conn,
+            table.name,
+            frame.with_columns(pl.col("cost", "idle_cost").cast(pl.Int64), bulk.sqlite_time("hour_start")),
+        )
 
 
 @dataclass
@@ -550,23 +834,23 @@ def _replace_rates(
         conn.execute(insert(_RATE), keep + new)
 
 
-def _upsert_devices(conn: Connection, rows: list[dict[str, object]]) -> None:
-    """Register each unmonitored pseudo-device so it lists, groups and filters like a device."""
-    spans: dict[str, dict[str, object]] = {}
-    hours: dict[str, list[dt.datetime]] = defaultdict(list)
-    for r in rows:
-        device_id, hour = str(r["device_id"]), r["hour_start"]
-        assert isinstance(hour, dt.datetime), "_unmonitored_row sets hour_start"
-        spans.setdefault(device_id, r)
-        hours[device_id].append(hour)
+def _upsert_devices(conn: Connection, rows: pl.DataFrame) -> None:
+    """Register each unmonitored pseudo-device so it lists, groups and filters like a device (its
+    attributes and source from its first row; first and last seen from its hours)."""
+    devices = rows.group_by("device_id", maintain_order=True).agg(
+        *(pl.col(k).first() for k in (*BILLED_DEVICE_ATTRIBUTES, "source") if k != "device_id"),
+        pl.col("hour_start").min().alias("_first"),
+        (pl.col("hour_start").max() + dt.timedelta(hours=1)).alias("_last"),
+    )
     existing = {
         r.device_id: r
-        for r in conn.execute(select(_DEVICE).where(_DEVICE.c.device_id.in_(list(spans)))).all()
+        for r in conn.execute(
+            select(_DEVICE).where(_DEVICE.c.device_id.in_(devices["device_id"].to_list()))
+        ).all()
     }
-    for device_id, d in spans.items():
-        first, last = min(hours[device_id]), max(hours[device_id]) + dt.timedelta(hours=1)
-        values = {k: d[k] for k in BILLED_DEVICE_ATTRIBUTES}
-        values |= {"source": d["source"], "gpu_fraction": 1.0}
+    for d in devices.iter_rows(named=True):
+        device_id, first, last = d.pop("device_id"), d.pop("_first"), d.pop("_last")
+        values = d | {"gpu_fraction": 1.0}
         old = existing.get(device_id)
         if old is None:
             conn.execute(
@@ -580,21 +864,24 @@ def _upsert_devices(conn: Connection, rows: list[dict[str, object]]) -> None:
             )
 
 
-def _reprice_orphans(conn: Connection, start_h: int, end_h: int, repriced: set[int]) -> None:
-    """Rows a previous run priced from the bill that no line covers now: price them from the other
-    rates (rate cards; the billing rates of this window are gone), else leave them unpriced."""
+def _reprice_orphans(conn: Connection, start_h: int, end_h: int) -> None:
+    """Rows a previous run priced from the bill that no line covers now (not in this run's
+    temporary table of prices): price them from the other rates (rate cards; the billing rates of
+    this window are gone), else leave them unpriced."""
     c = _HOUR.c
+    priced = sql_table(_PRICED, sql_column("id"), schema="temp" if conn.dialect.name == "sqlite" else None)
     stmt = select(c.id, *(c[n] if n in c else null().label(n) for n in INPUT_COLUMNS)).where(
         c.hour_index >= start_h,
         c.hour_index < end_h,
         c.rate_source.like(f"{BILLING_KIND}:%"),
         ~is_unmonitored(c.device_id),
+        c.id.not_in(select(priced.c.id)),
     )
-    rows = [r for r in conn.execute(stmt).mappings() if r["id"] not in repriced]
+    rows = conn.execute(stmt).mappings().all()
     if not rows:
         return
     frame = pl.DataFrame([dict(r) for r in rows], infer_schema_length=None)
-    priced = price_rows(frame, _book(conn, start_h, end_h))
+    priced_rows = price_rows(frame, _book(conn, start_h, end_h))
     params = [
         {
             "_id": r["id"],
@@ -603,7 +890,7 @@ def _reprice_orphans(conn: Connection, start_h: int, end_h: int, repriced: set[i
             "_cur": r["currency"],
             "_src": r["rate_source"],
         }
-        for r in priced.iter_rows(named=True)
+        for r in priced_rows.iter_rows(named=True)
     ]
     conn.execute(_SET_PRICE, params)
 
