@@ -85,6 +85,7 @@ from service.billing import currency_mix, health, store
 from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
+from service.billing.prefetch import Prefetched
 from service.dbtypes import table_of
 from service.ledger import version as ledger_version
 from service.models import BillingLine
@@ -218,11 +219,13 @@ def ingest_billing(
     with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
         importer = _Importer(engine, name, run, catalog, on_file, clock, (start, end))
         try:
-            for item in _items(connector.read(start, end)):
-                if isinstance(item, BillingFileError):
-                    importer.failed(item)
-                else:
-                    importer.add(item)
+            # the next batch is parsed while this one is checked and stored (service.billing.prefetch)
+            with Prefetched(_items(connector.read(start, end))) as items:
+                for item in items:
+                    if isinstance(item, BillingFileError):
+                        importer.failed(item)
+                    else:
+                        importer.add(item)
             importer.commit()
             if hook is not None and importer.periods:
                 hook(engine, merge_periods(importer.periods))
