@@ -566,3 +566,6 @@ def tokens_revoke(
             raise fail(str(exc)) from None
     audit("token.revoke", "ok", name=info.name, scopes=info.scopes, caller=_cli_caller())
     typer.echo(f'revoked token "{info.name}" at {_when(info.revoked_at)}')
+
+
+import service.prune_cli  # noqa: E402, F401  (registers `gpu-ledger prune`; imports app from here)

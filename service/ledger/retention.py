@@ -83,16 +83,19 @@ def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = No
             f"refusing to prune the current or a future month: {before:%Y-%m} is after {current:%Y-%m}"
         )
     dropped: list[str] = []
+    deleted = 0
     if partitions.is_partitioned(conn):
         cutoff = month_index(before)
         for month, name in sorted(partitions.month_partitions(conn).items()):
             if month < cutoff:
-                conn.execute(text(f'DROP TABLE "{partitions.SCHEMA}"."{name}"'))
+                table = f'"{partitions.SCHEMA}"."{name}"'
+                deleted += int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+                conn.execute(text(f"DROP TABLE {table}"))
                 dropped.append(name)
-    deleted = conn.execute(delete(HOUR).where(HOUR.c.hour_start < before)).rowcount
+    deleted += int(conn.execute(delete(HOUR).where(HOUR.c.hour_start < before)).rowcount or 0)
     boundary = pruned_before(conn)
     if boundary is None:
         conn.execute(RETENTION.insert().values(id=1, hours_before=before))
     elif boundary < before:
         conn.execute(RETENTION.update().where(RETENTION.c.id == 1).values(hours_before=before))
-    return PruneResult(before, dropped, int(deleted or 0))
+    return PruneResult(before, dropped, deleted)

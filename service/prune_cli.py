@@ -1,0 +1,56 @@
+"""``gpu-ledger prune --before YYYY-MM``: drop ``ledger_hour`` before a month, keep its rollups.
+
+Registered on the CLI by ``service.cli`` importing this module. See
+:mod:`service.ledger.retention` and docs/rollups.md for what stays exact afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from service.cli import FAILURE_EXIT, ConfigOpt, _settings, app, fail
+
+
+@app.command()
+def prune(
+    before: Annotated[
+        str, typer.Option("--before", help="YYYY-MM: drop the ledger's hourly rows before this UTC month.")
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be dropped, change nothing.")
+    ] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Drop ledger_hour rows (whole monthly partitions on PostgreSQL) before --before; the daily
+    and group rollups keep those days, and those days can no longer be re-ingested or re-priced."""
+    from service.db import MigrationError, make_engine, migrate
+    from service.ledger.retention import parse_month
+    from service.ledger.retention import prune as run_prune
+
+    try:
+        cutoff = parse_month(before)
+    except ValueError as exc:
+        raise fail(f"--before: {exc}") from None
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    try:
+        migrate(engine)
+        with engine.connect() as conn, conn.begin() as tx:
+            try:
+                result = run_prune(conn, cutoff)
+            except ValueError as exc:
+                raise fail(f"--before: {exc}") from None
+            if dry_run:
+                tx.rollback()
+    except MigrationError as exc:
+        raise fail(str(exc), FAILURE_EXIT) from None
+    finally:
+        engine.dispose()
+    verb = "would drop" if dry_run else "dropped"
+    parts = f" ({len(result.partitions_dropped)} monthly partitions)" if result.partitions_dropped else ""
+    typer.echo(
+        f"{verb} {result.rows_deleted:,} hourly ledger rows before {cutoff:%Y-%m}{parts}; "
+        "ledger_day and the group rollups keep those days"
+    )
