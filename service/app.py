@@ -162,12 +162,15 @@ def create_app(
                 engine.dispose()
 
     push_batches = batches_endpoint(engine, settings.connectors, telemetry, clock)
+    from service.api.export import export_paths, export_route  # loads the analytics, as GraphQL does
+
     routes = [
         Route("/graphql", _AsgiEndpoint(gql), methods=["GET", "POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
+        export_route(engine, settings),  # GET /export/{question}.{format}: service.api.export
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     authenticator = authenticator or build_authenticator(settings.auth, engine)
@@ -179,7 +182,9 @@ def create_app(
         PUSH_ROUTE: BodyLimit(settings.limits.max_push_body_b, plain_refusal),
     }
     app.add_middleware(BodySizeLimit, limits=body_limits)
-    app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes={r.path for r in routes})
+    # Export paths are labelled one by one (a finite set); any other path stays "other".
+    labels = {r.path for r in routes} | export_paths()
+    app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes=labels)
     app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
     app.state.authenticator = authenticator
     return app

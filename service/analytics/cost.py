@@ -107,9 +107,9 @@ def _count_groups(conn: Connection, q: LedgerQuery) -> int:
     return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
 
 
-@collector_paused
-def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOLE) -> list[_Part]:
-    """One part per SQL group (per day too when ``by_day``), in the SQL order, ``page`` of them."""
+def part_measures(q: LedgerQuery, by_day: bool) -> tuple[Any, list[Any], list[Any]]:
+    """The source, extra keys and measures of cost's SQL groups (:func:`_sql_parts`, and the
+    export's frame under SEPARATE without conversion)."""
     src = q.source()
     unalloc = _unallocated(src)
     # Unpriced time (currency NULL) groups as XXX, so SQL orders currencies as the answer names them.
@@ -124,6 +124,13 @@ def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOL
         func.min(src.c.rate_source).label("rs_min"),
         func.max(src.c.rate_source).label("rs_max"),
     ]
+    return src, extra, measures
+
+
+@collector_paused
+def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOLE) -> list[_Part]:
+    """One part per SQL group (per day too when ``by_day``), in the SQL order, ``page`` of them."""
+    src, extra, measures = part_measures(q, by_day)
     stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "")
     c = fetch_columns(conn, stmt, page)
     sources = [

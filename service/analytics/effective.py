@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import Connection, case
+from sqlalchemy import Connection, Label, case
 
 from service.analytics.fx import NO_CURRENCY
 from service.analytics.paging import WHOLE, Page
@@ -40,12 +41,26 @@ class EffectiveCostRow:
     @property
     def cost_per_gpu_hour(self) -> Decimal | None:
         """cost ÷ GPU-hours, rounded half-even to 1e-9; None without GPU-hours or a price."""
-        return None if self.currency == NO_CURRENCY else _per(self.cost, self.gpu_hours)
+        return per_gpu_hour(self.cost, self.gpu_hours, self.currency)
 
     @property
     def cost_per_effective_gpu_hour(self) -> Decimal | None:
         """cost ÷ effective GPU-hours of the metric, rounded half-even to 1e-9; None when either is 0."""
-        return None if self.currency == NO_CURRENCY else _per(self.cost, self.effective_gpu_hours)
+        return per_gpu_hour(self.cost, self.effective_gpu_hours, self.currency)
+
+
+def effective_measures(q: LedgerQuery, metric: str | None) -> tuple[Any, list[Any], Label[Any]]:
+    """The source, measures and currency key of an effective-cost answer (:func:`effective_cost`,
+    and the export's frame)."""
+    src = q.source()
+    # Unpriced rows (cost NULL) have no currency: they form their own group, never dilute a price.
+    currency = case((src.c.cost.is_(None), None), else_=src.c.currency).label("currency")
+    return src, [*usage_measures(src, metric), money_sum(src.c.cost).label("cost")], currency
+
+
+def per_gpu_hour(amount: Decimal, hours: float, currency: str) -> Decimal | None:
+    """``amount`` ÷ ``hours`` rounded half-even to 1e-9; None without hours or a price (XXX)."""
+    return None if currency == NO_CURRENCY else _per(amount, hours)
 
 
 @collector_paused
@@ -54,10 +69,7 @@ def effective_cost(
 ) -> list[EffectiveCostRow]:
     """Per (group, currency) of the rows ``q.access`` may read: GPU-hours, effective GPU-hours, cost
     (granularity is ignored: TOTAL). Paged in SQL."""
-    src = q.source()
-    # Unpriced rows (cost NULL) have no currency: they form their own group, never dilute a price.
-    currency = case((src.c.cost.is_(None), None), else_=src.c.currency).label("currency")
-    measures = [*usage_measures(src, metric), money_sum(src.c.cost).label("cost")]
+    src, measures, currency = effective_measures(q, metric)
     c = fetch_columns(conn, grouped_select(src, q, measures, [currency]), page)
     return list(
         map(

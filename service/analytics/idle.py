@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, case, func, select
+from sqlalchemy import ColumnElement, Connection, Select, case, func, select
 
 from service.analytics.errors import UnsupportedThreshold
 from service.analytics.fx import NO_CURRENCY
@@ -98,6 +98,12 @@ def _streaks(
     Gaps and islands over ``ledger_hour``: for each (group, device) the idle hours minus their
     ROW_NUMBER are constant along a run; the longest run per group is MAX(COUNT(*)).
     """
+    c = fetch_columns(conn, streak_select(q, metric, buckets))
+    return {k: int(n or 0) for k, n in zip(group_keys(q, c), c["longest"], strict=True)}
+
+
+def streak_select(q: LedgerQuery, metric: str | None, buckets: int | None) -> Select[Any]:
+    """The query of :func:`_streaks`: the answer's key columns and ``longest`` (NULL: no idle hour)."""
     src = q.source(rollup=False)
     idle = _idle_seconds(src, metric, buckets)
     observed = src.c[metric_columns(metric)[0]]
@@ -120,10 +126,33 @@ def _streaks(
     )
     run_keys = [runs.c[n] for n in key_names]
     stmt = select(*run_keys, func.max(runs.c.run).label("longest"))
-    if run_keys:
-        stmt = stmt.group_by(*run_keys)
-    c = fetch_columns(conn, stmt)
-    return {k: int(n or 0) for k, n in zip(group_keys(q, c), c["longest"], strict=True)}
+    return stmt.group_by(*run_keys) if run_keys else stmt
+
+
+def idle_measures(
+    q: LedgerQuery, metric: str | None, buckets: int | None, dialect: str
+) -> tuple[Any, list[Any]]:
+    """The source and measures of an idle answer (:func:`idle_waste`, and the export's frame);
+    ``buckets`` as :func:`_idle_plan` validated the threshold."""
+    additive = buckets is None and metric is None  # idle_s / idle_cost columns: the rollup serves
+    src = q.source() if additive else q.source(rollup=False)
+    idle = _idle_seconds(src, metric, buckets)
+    free = src.c.workload_key == ""
+    if additive:
+        alloc_cost = money_sum(case((free, None), else_=src.c.idle_cost))
+        free_cost = money_sum(case((free, src.c.idle_cost), else_=None))
+    else:
+        alloc_cost = money_share_sum(case((free, None), else_=src.c.cost), idle, src.c.present_s, dialect)
+        free_cost = money_share_sum(case((free, src.c.cost), else_=None), idle, src.c.present_s, dialect)
+    measures = [
+        hours(case((free, 0.0), else_=idle), src).label("alloc_h"),
+        hours(case((free, idle), else_=0.0), src).label("free_h"),
+        alloc_cost.label("alloc_cost"),
+        free_cost.label("free_cost"),
+        func.min(src.c.default_metric).label("dm_min"),
+        func.max(src.c.default_metric).label("dm_max"),
+    ]
+    return src, measures
 
 
 @collector_paused
@@ -145,25 +174,7 @@ def idle_waste(
     over every group of the answer and only the page's groups are looked up in it.
     """
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
-    additive = buckets is None and metric is None  # idle_s / idle_cost columns: the rollup serves
-    src = q.source() if additive else q.source(rollup=False)
-    idle = _idle_seconds(src, metric, buckets)
-    free = src.c.workload_key == ""
-    if additive:
-        alloc_cost = money_sum(case((free, None), else_=src.c.idle_cost))
-        free_cost = money_sum(case((free, src.c.idle_cost), else_=None))
-    else:
-        dialect = conn.dialect.name
-        alloc_cost = money_share_sum(case((free, None), else_=src.c.cost), idle, src.c.present_s, dialect)
-        free_cost = money_share_sum(case((free, src.c.cost), else_=None), idle, src.c.present_s, dialect)
-    measures = [
-        hours(case((free, 0.0), else_=idle), src).label("alloc_h"),
-        hours(case((free, idle), else_=0.0), src).label("free_h"),
-        alloc_cost.label("alloc_cost"),
-        free_cost.label("free_cost"),
-        func.min(src.c.default_metric).label("dm_min"),
-        func.max(src.c.default_metric).label("dm_max"),
-    ]
+    src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
     stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")])
     c = fetch_columns(conn, stmt, page)
     keys = group_keys(q, c)

@@ -38,6 +38,12 @@ def pct(part: float, whole: float) -> float | None:
     return part / whole * 100.0 if whole > 0 else None
 
 
+def answer_measures(src: Any, metric: str | None) -> list[Any]:
+    """The measures of a usage answer (:func:`usage`, and the export's frame): :func:`usage_measures`
+    and energy."""
+    return [*usage_measures(src, metric), (func.sum(src.c.energy_j) / J_PER_KWH).label("energy_kwh")]
+
+
 def usage_measures(src: Any, metric: str | None) -> list[Any]:
     """GPU-hour measures (MIG-fraction weighted) shared by usage and effective cost."""
     obs, busy, idle = metric_columns(metric)
@@ -80,7 +86,7 @@ def usage(
 ) -> list[UsageRow]:
     """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL."""
     src = q.source()
-    measures = [*usage_measures(src, metric), (func.sum(src.c.energy_j) / J_PER_KWH).label("energy_kwh")]
+    measures = answer_measures(src, metric)
     c = fetch_columns(conn, grouped_select(src, q, measures), page)
     labels = metric_labels(metric, c["min_default_metric"], c["max_default_metric"])
     energy = [None if e is None else float(e) for e in c["energy_kwh"]]

@@ -1,0 +1,3 @@
+"""Fixtures of the export tests."""
+
+from ledger_rows import put  # noqa: F401  (fixture)
