@@ -278,35 +278,38 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
         return SampleBatch(empty_samples(), [])
     names = ["sid", "key", "scale", "device_id", "parent", "mig", "fraction", "workload_key"]
     table = pl.DataFrame(meta, schema=names, orient="row")
+    # Each sample takes its series' row by position (a gather, not a hash join) and its value in
+    # the ledger's unit in NumPy: dividing where the factor is negative (exact for mJ → J).
     sid = np.repeat(np.arange(len(meta), dtype=np.int64), [len(p) for p in ts_parts])
+    raw = np.concatenate(value_parts)
+    scale = table["scale"].to_numpy()[sid]
+    with np.errstate(invalid="ignore"):
+        value = np.where(scale < 0, raw / np.abs(scale), raw * scale)
     frame = (
-        pl.DataFrame({"sid": sid, "ts_ms": np.concatenate(ts_parts), "raw": np.concatenate(value_parts)})
-        .join(table, on="sid")
-        .with_columns(
-            pl.when(pl.col("scale") < 0)
-            .then(pl.col("raw") / -pl.col("scale"))
-            .otherwise(pl.col("raw") * pl.col("scale"))
-            .alias("value")
-        )
+        table.drop("sid", "scale")[sid]
+        .with_columns(pl.Series("ts_ms", np.concatenate(ts_parts)), pl.Series("value", value))
         .filter(pl.col("value").is_not_nan())
     )
-    instance = frame.filter(pl.col("mig"))
-    # A GPU is in MIG mode at the times its instances report (a GPU can change mode mid-window).
-    mig_times = instance.select("parent", "ts_ms").unique()
-    gpu = frame.filter(~pl.col("mig"))
-    full = gpu.join(mig_times, on=["parent", "ts_ms"], how="anti")
-    parent = gpu.join(mig_times, on=["parent", "ts_ms"], how="semi")
     key_col = pl.col("key")
     cols = ["device_id", "ts_ms", "key", "value", "workload_key"]
-    rows = pl.concat(
-        [
-            full.filter(key_col.is_in([*_DIRECT, *_FB])).select(cols),
-            instance.filter(key_col.is_in(_INSTANCE))
-            .with_columns(key_col.replace("gr_engine", "gpu_util"))
-            .select(cols),
-            _device_level(parent, instance).select(cols),
-        ]
-    )
+    if table["mig"].any():
+        instance = frame.filter(pl.col("mig"))
+        # A GPU is in MIG mode at the times its instances report (a GPU can change mode mid-window).
+        mig_times = instance.select("parent", "ts_ms").unique()
+        gpu = frame.filter(~pl.col("mig"))
+        full = gpu.join(mig_times, on=["parent", "ts_ms"], how="anti")
+        parent = gpu.join(mig_times, on=["parent", "ts_ms"], how="semi")
+        rows = pl.concat(
+            [
+                full.filter(key_col.is_in([*_DIRECT, *_FB])).select(cols),
+                instance.filter(key_col.is_in(_INSTANCE))
+                .with_columns(key_col.replace("gr_engine", "gpu_util"))
+                .select(cols),
+                _device_level(parent, instance).select(cols),
+            ]
+        )
+    else:  # no MIG instance in the batch: every series is a full GPU's
+        rows = frame.filter(key_col.is_in([*_DIRECT, *_FB])).select(cols)
     keys: dict[str, set[str]] = {}
     for _, _, _, device_id, _, _, _, key in meta:
         keys.setdefault(device_id, set()).add(key)
@@ -351,25 +354,23 @@ def _attributed(rows: pl.DataFrame, varied: set[str]) -> pl.DataFrame:
     pods' copies) once per pod, split by ``share``; a pod's memory used is its own. Readings with
     one workload (all but time-shared GPUs) take the direct path."""
     at = ["device_id", "ts_ms"]
-    rows = rows.with_columns(pl.lit(1, pl.UInt32).alias("_n"))
+    single, multi = rows, None
     if varied:  # only a device whose series name several workloads can be shared at a reading
         maybe = pl.col("device_id").is_in(pl.Series(sorted(varied), dtype=pl.String).implode())
         rows = rows.with_columns(
-            pl.when(maybe)
-            .then(pl.col("workload_key").n_unique().over(at))
-            .otherwise(pl.col("_n"))
-            .alias("_n")
+            pl.when(maybe).then(pl.col("workload_key").n_unique().over(at)).otherwise(1).alias("_n")
         )
-    single = rows.filter(pl.col("_n") == 1)
-    owners = single.select(*at, "workload_key").unique().with_columns(pl.lit(1.0).alias("share"))
+        single, multi = rows.filter(pl.col("_n") == 1).drop("_n"), rows.filter(pl.col("_n") > 1).drop("_n")
     parts = [
         single.filter(pl.col("key").is_in(_DIRECT)).select(
             *at, "workload_key", pl.col("key").alias("metric"), "value", pl.lit(1.0).alias("share")
-        ),
-        _memory(single.filter(pl.col("key").is_in(_FB)), owners, at, None),
+        )
     ]
-    multi = rows.filter(pl.col("_n") > 1)
-    if not multi.is_empty():
+    fb = single.filter(pl.col("key").is_in(_FB))
+    if not fb.is_empty():
+        owners = single.select(*at, "workload_key").unique().with_columns(pl.lit(1.0).alias("share"))
+        parts.append(_memory(fb, owners, at, None))
+    if multi is not None and not multi.is_empty():
         parts += _shared(multi, at)
     columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()]
     return pl.concat([p.select(columns) for p in parts])

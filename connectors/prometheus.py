@@ -169,13 +169,15 @@ class PrometheusConfig(HttpSourceConfig):
     (unobserved time), longer bridges outages. ``label_selector`` adds PromQL matchers to every
     query, with or without braces: ``{cluster="a", job=~"dcgm.*"}``. ``max_query_samples``
     (default 2,000,000, about 60 MB of JSON) bounds the samples one query asks for; keep it below
-    the server's ``--query.max-samples`` (default 50,000,000).
+    the server's ``--query.max-samples`` (default 50,000,000). ``compress = true`` asks for gzipped
+    answers (JSON shrinks ~6×, but Prometheus gzips on one core at ~5 MB/s): for a slow link only.
     """
 
     type: str = "prometheus"
     step_s: float = Field(15.0, ge=1.0, le=3600.0)
     label_selector: str = ""
     max_query_samples: int = Field(2_000_000, ge=10_000, le=50_000_000)
+    compress: bool = False
 
     @field_validator("label_selector")
     @classmethod
@@ -218,6 +220,7 @@ def request_with_retries(
     params: dict[str, Any],
     sleep: Callable[[float], None],
     accept: frozenset[int] = frozenset(),
+    headers: dict[str, str] | None = None,
 ) -> httpx.Response:
     """GET ``url``: retried on 5xx/429/timeouts/connection errors, 401/403/4xx are fatal; a
     status in ``accept`` is returned for the caller to read."""
@@ -226,7 +229,7 @@ def request_with_retries(
     for attempt in range(config.max_retries + 1):
         wait = min(30.0, config.backoff_s * 2**attempt)
         try:
-            response = client.get(url, params=params, auth=auth, timeout=config.timeout_s)
+            response = client.get(url, params=params, auth=auth, timeout=config.timeout_s, headers=headers)
         except httpx.TransportError as exc:  # timeouts, refused connections, resets
             problem = f"{type(exc).__name__}: {exc}"
         else:
@@ -320,7 +323,10 @@ class PrometheusConnector:
         return self._collect_grid(start, end)
 
     def _get(self, url: str, params: dict[str, str], accept: frozenset[int]) -> httpx.Response:
-        return request_with_retries(self._client, self.config, url, params, self._sleep, accept)
+        # Prometheus gzips an answer for a client that accepts it, on one core: ~5 MB/s, slower
+        # than the JSON itself crosses any LAN (a day of 200 GPUs: 1.0 s gzipped, 0.13 s plain).
+        headers = None if self.config.compress else {"Accept-Encoding": "identity"}
+        return request_with_retries(self._client, self.config, url, params, self._sleep, accept, headers)
 
     def _collect_raw(self, first_ms: int, end_ms: int) -> Iterator[SampleBatch]:
         read_at_ms = to_ms(self._clock())

@@ -296,3 +296,15 @@ def test_framed_and_general_decoding_agree(prometheus_url: str, tmp_path: Path) 
     assert m.labels == [{"UUID": "G", "x": 'a"values":[1,2]]}'}]
     assert m.ts_ms.tolist() == [1001, 2000, 3000]
     assert m.values[1] == float("inf") and m.values[2] == -1000.0 and m.values[0] != m.values[0]
+
+
+@pytest.mark.parametrize(("compress", "encoding"), [(False, "identity"), (True, "gzip, deflate")])
+def test_answers_come_uncompressed_unless_asked(prometheus_url: str, compress: bool, encoding: str) -> None:
+    sent: list[str] = []
+    client = httpx.Client(event_hooks={"request": [lambda r: sent.append(r.headers["accept-encoding"])]})
+    config = PrometheusConfig(
+        name="p", url=prometheus_url, step_s=60, label_selector='{job="dcgm"}', compress=compress
+    )
+    with client, PrometheusConnector(config, client=client) as connector:
+        frame = _frame(list(connector.collect(D1, D1 + HOUR)))
+    assert frame.height == GPUS * 2 * 60 and set(sent) == {encoding}
