@@ -31,6 +31,7 @@ from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
 from service.scheduler import Scheduler
+from service.scheduler_lease import SchedulerLease
 from service.settings import Settings
 from service.telemetry import CONTENT_TYPE, Telemetry, utc_now
 
@@ -93,10 +94,13 @@ def _readiness(engine: Engine) -> tuple[bool, str]:
     return True, f"database at revision {head}"
 
 
-def _default_graphql_app(engine: Engine, settings: Settings) -> ASGIApp:
-    from service.api.graphql import build_graphql_app
+def _default_graphql_app(engine: Engine, settings: Settings, telemetry: Telemetry) -> ASGIApp:
+    from service.api.answer_cache import AnswerCache
+    from service.api.graphql import build_graphql_app, schema
 
-    return build_graphql_app(engine, settings.api_settings())
+    answers = AnswerCache(engine, settings.answer_cache, settings.limits, schema._schema)
+    telemetry.registry.register(answers.collector())
+    return build_graphql_app(engine, settings.api_settings(), answers if answers.enabled else None)
 
 
 def create_app(
@@ -112,8 +116,10 @@ def create_app(
 ) -> Starlette:
     """The app on ``engine`` (default: one on ``settings.database_url``, disposed at shutdown).
 
-    ``run_scheduler`` starts a :class:`Scheduler` of ``settings.connectors`` (or ``scheduler``)
-    with the app; ``graphql_app``, ``telemetry`` and ``authenticator`` replace the defaults (tests);
+    ``run_scheduler`` runs a :class:`Scheduler` of ``settings.connectors`` (or ``scheduler``)
+    with the app while this process holds the database's scheduler lock
+    (``service.scheduler_lease``); ``graphql_app``, ``telemetry`` and ``authenticator`` replace
+    the defaults (tests);
     ``clock`` is the push endpoint's (sample times are checked against it).
     Every path but ``/healthz`` and ``/readyz`` needs a caller (``service.auth.middleware``;
     ``settings.auth`` says who may call); the push endpoint checks its callers itself.
@@ -121,9 +127,10 @@ def create_app(
     owns_engine = engine is None
     engine = engine if engine is not None else make_engine(settings.database_url)
     telemetry = telemetry or Telemetry(engine)
-    gql = graphql_app if graphql_app is not None else _default_graphql_app(engine, settings)
-    if run_scheduler and scheduler is None:
-        scheduler = Scheduler(
+    gql = graphql_app if graphql_app is not None else _default_graphql_app(engine, settings, telemetry)
+
+    def build_scheduler() -> Scheduler:
+        return Scheduler(
             engine,
             settings.connectors,
             sites=settings.sites,
@@ -134,6 +141,13 @@ def create_app(
             telemetry=telemetry,
             connectors=bound_connectors(settings.connectors, engine),  # they read this database
         )
+
+    # The scheduler runs only in the process holding the database's scheduler lock (one of
+    # `serve --workers N`, or of two `serve`s): service.scheduler_lease.
+    lease = None
+    if run_scheduler:
+        lease = SchedulerLease(engine, (lambda: scheduler) if scheduler is not None else build_scheduler)
+        telemetry.registry.register(lease.collector())
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -149,15 +163,15 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        if run_scheduler and scheduler is not None:
-            await scheduler.start()
+        if lease is not None:
+            await lease.start()
         freeze_startup_heap()  # short GC pauses under load (service.limits.heap)
         try:
             yield
         finally:
             thaw_heap()
-            if run_scheduler and scheduler is not None:
-                await scheduler.stop()
+            if lease is not None:
+                await lease.stop()
             if owns_engine:
                 engine.dispose()
 
@@ -186,5 +200,6 @@ def create_app(
     labels = {r.path for r in routes} | export_paths()
     app.add_middleware(HttpMetricsMiddleware, telemetry=telemetry, routes=labels)
     app.state.engine, app.state.telemetry, app.state.scheduler = engine, telemetry, scheduler
+    app.state.scheduler_lease = lease
     app.state.authenticator = authenticator
     return app

@@ -21,7 +21,6 @@ from typer.core import TyperGroup
 
 from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
-from service.cli_export import export_command
 from service.timeutil import ceil_hour, floor_hour, parse_utc
 
 if TYPE_CHECKING:
@@ -102,12 +101,21 @@ def serve(
         bool, typer.Option("--demo", help="Without connectors: serve a synthetic demo fleet.")
     ] = False,
     config: ConfigOpt = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes answering requests (PostgreSQL only); the connectors run in one.",
+        ),
+    ] = 1,
 ) -> None:
     """Migrate, then serve the GraphQL API and run the connectors on their intervals.
 
     Every endpoint but /healthz and /readyz needs a token ([auth] in the config). --demo on a
     loopback address allows anonymous reads; on any other address serve refuses to start
-    without a way to authenticate (see service.auth.serve_rules).
+    without a way to authenticate (see service.auth.serve_rules). --workers N (PostgreSQL) starts
+    N processes; the one holding the database's scheduler lock runs the connectors
+    (service.serve_workers).
     """
     import uvicorn
 
@@ -116,8 +124,11 @@ def serve(
     from service.auth.tokens import TokenStore
     from service.bootstrap import prepare, sync_config
     from service.db import MigrationError, make_engine
+    from service.serve_workers import refusal, serve_workers
 
     settings = _settings(config)
+    if (refused := refusal(settings, workers)) is not None:
+        raise fail(refused)
     engine = make_engine(settings.database_url)
     try:
         prepare(engine, settings)
@@ -132,6 +143,10 @@ def serve(
             settings = with_demo(settings)
             sync_config(engine, settings)
             _load_demo(engine, settings)
+        if workers > 1:
+            engine.dispose()  # each worker has its own; nothing here holds a connection meanwhile
+            serve_workers(settings, host, port, workers)
+            return
         app_ = create_app(settings, engine, run_scheduler=True)
         # log_config=None: keep our structlog setup instead of uvicorn's own.
         uvicorn.run(app_, host=host, port=port, log_config=None, lifespan="on")
@@ -439,8 +454,6 @@ def agent_command(
     except AgentStartError as exc:
         raise fail(str(exc)) from None
 
-
-app.command("export")(export_command)  # service.cli_export
 
 tokens_app = typer.Typer(
     help="API tokens: create (the secret is shown once), list, revoke.", no_args_is_help=True

@@ -6,7 +6,6 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     max_window_days = 400          # largest query window
     page_size_max = 500            # Relay page-size cap
     max_result_rows = 10000        # rows of an aggregate answer without `first` (RESULT_TOO_LARGE)
-    export_max_rows = 5000000      # rows of a GET /export/… answer (413 RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
     gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
     log_level = "INFO"
@@ -72,6 +71,7 @@ from connectors.registry import (
     validate_config,
     validation_problems,
 )
+from service.api.answer_cache_settings import AnswerCacheSettings
 from service.auth.config import AuthSettings
 from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
@@ -115,8 +115,6 @@ class Settings(BaseSettings):
     max_window_days: int = Field(default=400, gt=0)
     page_size_max: int = Field(default=500, gt=0)
     max_result_rows: int = Field(default=10000, gt=0)
-    # Rows of one GET /export/… answer (service.api.export); the CLI's export has no cap.
-    export_max_rows: int = Field(default=5_000_000, gt=0)
     idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
     # What part of a cloud instance's bill is charged to its GPUs (DESIGN §4): 1 = all of it.
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
@@ -126,6 +124,8 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     # The [auth] table (service.auth.config.AuthSettings); GPU_LEDGER_AUTH__<KEY> overrides one key.
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    # The [answer_cache] table (service.api.answer_cache); GPU_LEDGER_ANSWER_CACHE__<KEY> overrides one key.
+    answer_cache: AnswerCacheSettings = Field(default_factory=AnswerCacheSettings)
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
     connectors: list[ConnectorConfig] = Field(default_factory=list)
     sites: list[SiteConfig] = Field(default_factory=list)
@@ -195,7 +195,6 @@ SCALARS = (
     "max_window_days",
     "page_size_max",
     "max_result_rows",
-    "export_max_rows",
     "idle_threshold_pct",
     "gpu_cost_share",
     "log_level",
@@ -214,7 +213,8 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     data = _read_toml(path) if path else {}
     where = str(path) if path else "settings"
 
-    unknown = sorted(set(data) - set(SCALARS) - {"connectors", "limits", "auth", *TABLE_MODELS})
+    tables_known = {"connectors", "limits", "auth", "answer_cache", *TABLE_MODELS}
+    unknown = sorted(set(data) - set(SCALARS) - tables_known)
     if unknown:
         raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
 
@@ -229,6 +229,8 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
         kwargs[name] = _validate_tables(where, name, tables[name])
     kwargs["limits"] = _table(where, "limits", Limits, data.get("limits", {}), env)
     kwargs["auth"] = _table(where, "auth", AuthSettings, data.get("auth", {}), env)
+    cache_table = data.get("answer_cache", {})
+    kwargs["answer_cache"] = _table(where, "answer_cache", AnswerCacheSettings, cache_table, env)
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
         return Settings(**kwargs)

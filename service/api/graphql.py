@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
 
+from service.api.answer_cache import CLEAN_ANSWER_KEY, AnswerCache
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
 from service.api.data_quality import DataQualityQuery
@@ -61,9 +62,9 @@ def caller_key(scope: Scope) -> str:
 class LedgerGraphQL(GraphQL[ApiContext, None]):
     """strawberry's ASGI view with our context (the engine and the API settings) and limits."""
 
-    def __init__(self, engine: Engine, settings: ApiSettings) -> None:
+    def __init__(self, engine: Engine, settings: ApiSettings, answers: AnswerCache | None = None) -> None:
         super().__init__(schema, graphql_ide="graphiql")
-        self.engine, self.settings = engine, settings
+        self.engine, self.settings, self.answers = engine, settings, answers
         limits = settings.limits
         self.rate = RateLimiter(limits.rate_per_minute, limits.rate_burst)
         self.gate = ConcurrencyGate(limits.max_concurrent_queries, limits.queue_wait_s)
@@ -82,7 +83,11 @@ class LedgerGraphQL(GraphQL[ApiContext, None]):
             response = error_response(429, RATE_LIMITED, message, {"Retry-After": str(retry_s)})
         else:
             try:
-                response = await self.run(Request(scope, receive))
+                request = Request(scope, receive)
+                if self.answers is None:
+                    response = await self.run(request)
+                else:  # the same answer again while the ledger is unchanged (service.api.answer_cache)
+                    response = await self.answers.answer(request, principal_of(scope).access, self.run)
             except HTTPException as exc:  # strawberry's refusals: no query, wrong content type…
                 response = error_response(exc.status_code, BAD_REQUEST, exc.reason)
             except Overloaded as exc:
@@ -118,11 +123,18 @@ class LedgerGraphQL(GraphQL[ApiContext, None]):
         async with self.gate.slot():
             # The time limit runs from here: waiting for a slot doesn't count against it.
             context.deadline = time.monotonic() + self.settings.limits.request_timeout_s
-            return await super().execute_single(
+            result = await super().execute_single(
                 request, request_adapter, sub_response, context, root_value, request_data
             )
+        # An answer without errors may be cached; a batch's operations never are (the cache does
+        # not key them), so the flag of its last one does not matter.
+        request.scope[CLEAN_ANSWER_KEY] = not result.errors
+        return result
 
 
-def build_graphql_app(engine: Engine, api_settings: ApiSettings | None = None) -> GraphQL[ApiContext, None]:
-    """The GraphQL ASGI app on ``engine`` (mounted at ``/graphql`` by :func:`service.app.create_app`)."""
-    return LedgerGraphQL(engine, api_settings or ApiSettings())
+def build_graphql_app(
+    engine: Engine, api_settings: ApiSettings | None = None, answers: AnswerCache | None = None
+) -> GraphQL[ApiContext, None]:
+    """The GraphQL ASGI app on ``engine`` (mounted at ``/graphql`` by :func:`service.app.create_app`);
+    ``answers``: the answer cache its clean answers are kept in (None: no cache)."""
+    return LedgerGraphQL(engine, api_settings or ApiSettings(), answers)
