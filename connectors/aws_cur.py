@@ -901,21 +901,21 @@ def _normalize(
     usage_type = _text(col("line_item_usage_type"))
     base_type = usage_type.str.replace(_REGION_PREFIX, "")
     from_usage = base_type.str.extract(_INSTANCE_USAGE + r"([a-z0-9][a-z0-9\-]*\.[a-z0-9\-]+)$", 1)
-    # The product map as a JSON object (a Parquet map arrives as key/value pairs).
+    # The product map as a JSON object (a Parquet map arrives as key/value pairs); its fields are
+    # read once per distinct map (every value of a canonical map is text).
     product_text = good.select(col("product").alias("p")).to_series()
-    product_map = col("product").replace_strict(
-        {k: v for k, v in _canonical_tags(product_text).items() if v is not None},
-        default=None,
-        return_dtype=pl.String,
-    )
+    products = {k: json.loads(v) for k, v in _canonical_tags(product_text).items() if v is not None}
+
+    def product_field(key: str) -> pl.Expr:
+        values = {text: fields[key] for text, fields in products.items() if key in fields}
+        return col("product").replace_strict(values, default=None, return_dtype=pl.String)
+
     instance_type = pl.coalesce(
         _text(col("product_instance_type")),
-        product_map.str.json_path_match("$.instance_type"),
+        product_field("instance_type"),
         from_usage,
     )
-    gpus = pl.coalesce(_text(col("product_gpu")), product_map.str.json_path_match("$.gpu")).cast(
-        pl.Int32, strict=False
-    )
+    gpus = pl.coalesce(_text(col("product_gpu")), product_field("gpu")).cast(pl.Int32, strict=False)
     gpu_count = pl.when(instance_type.is_not_null() & (gpus > 0)).then(gpus)
     # an unknown line item type is booked as an adjustment: its money is on the invoice, and its
     # meaning (usage? a fee?) is not known, so it prices no GPU-hour and no commitment
