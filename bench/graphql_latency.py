@@ -1,18 +1,31 @@
-"""Benchmark (b): GraphQL cost(groupBy:[PROJECT]) and effectiveCost over 30 days of a 1,000-GPU fleet.
+"""Benchmark: dashboard questions through GraphQL over a synthetic fleet, with and without the
+group rollups.
 
-    .venv/bin/python bench/graphql_latency.py [--gpus 1000] [--days 30] [--repeat 30]
+    .venv/bin/python bench/graphql_latency.py [--gpus 1000] [--days 30] [--window-days 30]
+        [--mid-day-hours 7] [--repeat 30] [--compare]
 
 Creates a throwaway PostgreSQL database on 127.0.0.1:5432 (or uses --database-url), migrates it,
 loads gpus × days × 24 device-hours of ledger rows with COPY (one in five device-hours split
-between two workloads, so ~1.2 rows per device-hour), builds the daily rollup with the same
-``rebuild_days`` the ingestor runs, starts ``gpu-ledger serve`` on it as a separate process and
-times each query over HTTP from this process (median and p95 of --repeat runs after 3 warm-ups).
+between two workloads, so ~1.2 rows per device-hour), builds every rollup (``ledger_day`` and the
+group rollups) with the same ``store.rebuild_days`` the ingestor runs, day by day as an ingest
+would, starts ``gpu-ledger serve`` on it as a separate process and times each question over HTTP
+from this process (median and p95 of --repeat runs after 3 warm-ups):
+
+* ``cost(groupBy:[PROJECT])`` over the last --window-days whole UTC days;
+* the same window shifted back --mid-day-hours (cut mid-day: partial days at both ends);
+* ``cost(granularity:MONTH, groupBy:[PROJECT])`` over all --days (monthly cost by project);
+* ``effectiveCost`` (grouped by nothing; day-aligned).
+
+``--compare`` also starts a second server whose analytics never choose the group rollups (the
+device-level path: ``ledger_day`` + ``ledger_hour`` edges, as before them) and alternates the two
+servers request by request, so both see the same machine load; it prints the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import io
 import json
 import os
@@ -32,8 +45,17 @@ import psycopg
 from sqlalchemy import text
 
 from service.db import make_engine, migrate
+from service.ledger import rollups
+from service.ledger.partitions import ensure_months
 from service.ledger.store import rebuild_days
 from service.models import LedgerHour
+
+# A server that never reads the group rollups: today's path before them (bench only).
+DEVICE_LEVEL_SERVER = (
+    "import sys; import service.analytics.window as w; "
+    "w.group_rollups_serve = lambda *a, **k: False; "
+    "from service.cli import app; sys.argv[0] = 'gpu-ledger'; app()"
+)
 
 HOUR_S = 3600
 PROJECTS = [f"project-{i:02d}" for i in range(40)]
@@ -41,13 +63,13 @@ TEAMS = [f"team-{i:02d}" for i in range(12)]
 ENVIRONMENTS = np.array(["onprem", "aws", "gcp", "azure"])
 MODELS = np.array(["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A10G", "NVIDIA H100 80GB HBM3"])
 
-QUERIES = {
-    "cost(groupBy:[PROJECT])": """query($w: TimeWindow!){ cost(window:$w, groupBy:[PROJECT]) {
-        project cost { amount currency } idleCost { amount } gpuHours } }""",
-    "effectiveCost": """query($w: TimeWindow!){ effectiveCost(window:$w) {
+COST_BY_PROJECT = """query($w: TimeWindow!){ cost(window:$w, groupBy:[PROJECT]) {
+        project cost { amount currency } idleCost { amount } gpuHours } }"""
+MONTHLY_COST_BY_PROJECT = """query($w: TimeWindow!){ cost(window:$w, granularity:MONTH, groupBy:[PROJECT]) {
+        periodStart project cost { amount currency } gpuHours } }"""
+EFFECTIVE_COST = """query($w: TimeWindow!){ effectiveCost(window:$w) {
         environment gpuModel gpuHours effectiveGpuHours cost { amount currency }
-        costPerGpuHour { amount } costPerEffectiveGpuHour { amount } } }""",
-}
+        costPerGpuHour { amount } costPerEffectiveGpuHour { amount } } }"""
 
 
 def ledger_rows(gpus: int, start_hour: int, hours: int, seed: int = 11) -> pl.DataFrame:
@@ -144,15 +166,70 @@ def free_port() -> int:
 def post(url: str, query: str, variables: dict) -> dict:
     body = json.dumps({"query": query, "variables": variables}).encode()
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
+    with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
+
+
+def start_server(url: str, device_level: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(os.environ, GPU_LEDGER_DATABASE_URL=url, GPU_LEDGER_LOG_LEVEL="warning")
+    env.setdefault("GPU_LEDGER_AUTH__ANONYMOUS_READ", "true")  # a throwaway database on loopback
+    if importlib.util.find_spec("service.api.answer_cache_settings") is not None:
+        env.setdefault("GPU_LEDGER_ANSWER_CACHE__MAX_B", "0")  # time the query, not the answer cache
+    command = (
+        [sys.executable, "-c", DEVICE_LEVEL_SERVER]
+        if device_level
+        else [str(Path(sys.executable).parent / "gpu-ledger")]
+    )
+    server = subprocess.Popen(
+        [*command, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(base + "/readyz", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return server, base + "/graphql"
+
+
+def window_of(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
+    return {"start": start.isoformat(), "end": end.isoformat()}
+
+
+def answer_rows(answer: dict) -> list:
+    assert not answer.get("errors"), answer
+    return next(iter(answer["data"].values()))
+
+
+def rounded(value: object) -> object:
+    """Floats to 6 places (the paths add GPU-hours in another order); money is compared exactly."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
+def stats(times: list[float]) -> str:
+    times = sorted(times)
+    return f"median {statistics.median(times):.1f} ms, p95 {times[int(0.95 * (len(times) - 1))]:.1f} ms"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, default=1000)
-    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--days", type=int, default=30, help="days of ledger to load (365: a year)")
+    parser.add_argument("--window-days", type=int, default=30, help="the dashboard window: last N days")
+    parser.add_argument("--mid-day-hours", type=int, default=7, help="shift of the mid-day window")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--compare", action="store_true", help="also time the device-level path")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
@@ -165,72 +242,103 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{created}"'))
         url = args.admin_url.rsplit("/", 1)[0] + f"/{created}"
-    server = None
+    servers: list[subprocess.Popen] = []
     try:
         engine = make_engine(url)
         migrate(engine)
         end_day = dt.datetime.now(dt.UTC).date()
         start = dt.datetime.combine(end_day - dt.timedelta(days=args.days), dt.time(), tzinfo=dt.UTC)
+        end = start + dt.timedelta(days=args.days)
         start_hour = int(start.timestamp()) // HOUR_S
+        first_day = start_hour // 24
         t0 = time.perf_counter()
-        rows = ledger_rows(args.gpus, start_hour, args.days * 24)
-        load(url, rows)
+        load_s = rollup_s = 0.0
+        # A month of rows at a time (memory), each month's partition made first as an ingest makes it.
+        for chunk_day in range(0, args.days, 31):
+            days = min(31, args.days - chunk_day)
+            rows = ledger_rows(args.gpus, start_hour + chunk_day * 24, days * 24, seed=11 + chunk_day)
+            with engine.begin() as conn:
+                ensure_months(conn, start_hour + chunk_day * 24, start_hour + (chunk_day + days) * 24 - 1)
+            t1 = time.perf_counter()
+            load(url, rows)
+            load_s += time.perf_counter() - t1
+            t1 = time.perf_counter()
+            for day in range(first_day + chunk_day, first_day + chunk_day + days):
+                with engine.begin() as conn:  # one transaction per day, as the ingest's day chunks
+                    rebuild_days(conn, day, day)
+            rollup_s += time.perf_counter() - t1
         with engine.begin() as conn:
-            rebuild_days(conn, start_hour // 24, start_hour // 24 + args.days - 1)
             conn.execute(text("ANALYZE"))
+        # The group rollups' share of the ingest's rebuild: the last 3 days rebuilt again alone.
+        t1 = time.perf_counter()
+        for day in range(first_day + args.days - 3, first_day + args.days):
+            with engine.begin() as conn:
+                rollups.rebuild(conn, day, day)
+        group_ms = (time.perf_counter() - t1) / 3 * 1000
         with engine.connect() as conn:
-            day_rows = conn.execute(text("select count(*) from ledger_day")).scalar()
+            counts = {
+                t: conn.execute(text(f"select count(*) from {t}")).scalar()
+                for t in ("ledger_hour", "ledger_day", "ledger_group_hour", "ledger_group_day")
+            }
         print(
-            f"loaded {rows.height:,} ledger rows ({args.gpus * args.days * 24:,} device-hours), "
-            f"{day_rows:,} rollup rows in {time.perf_counter() - t0:.1f} s"
+            f"loaded {counts['ledger_hour']:,} ledger rows ({args.gpus * args.days * 24:,} device-hours) "
+            f"by COPY in {load_s:.1f} s; rollups in {rollup_s:.1f} s "
+            f"({rollup_s / args.days * 1000:.0f} ms a day, of which group rollups {group_ms:.0f} ms): "
+            f"ledger_day {counts['ledger_day']:,}, ledger_group_hour {counts['ledger_group_hour']:,}, "
+            f"ledger_group_day {counts['ledger_group_day']:,} rows; total {time.perf_counter() - t0:.1f} s"
         )
         engine.dispose()
 
-        port = free_port()
-        env = dict(os.environ, GPU_LEDGER_DATABASE_URL=url, GPU_LEDGER_LOG_LEVEL="warning")
-        binary = Path(sys.executable).parent / "gpu-ledger"
-        server = subprocess.Popen(
-            [str(binary), "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(base + "/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        window = {"start": start.isoformat(), "end": (start + dt.timedelta(days=args.days)).isoformat()}
+        server, grouped = start_server(url, device_level=False)
+        servers.append(server)
+        targets = {"group rollups": grouped}
+        if args.compare:
+            server, device = start_server(url, device_level=True)
+            servers.append(server)
+            targets["device level"] = device
+        load1 = os.getloadavg()[0]
         print(
-            f"machine: {platform.machine()}, {os.cpu_count()} cores; PostgreSQL on 127.0.0.1; "
-            f"window {window['start']} – {window['end']}"
+            f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {load1:.1f} at start; "
+            f"PostgreSQL on 127.0.0.1; data {start.date()} – {end.date()}"
         )
-        # Whole days come from the daily rollup; a window cut mid-day also reads the edge hours.
-        shifted = {
-            k: (dt.datetime.fromisoformat(v) - dt.timedelta(hours=7)).isoformat() for k, v in window.items()
+        recent = end - dt.timedelta(days=args.window_days)
+        shift = dt.timedelta(hours=args.mid_day_hours)
+        questions = {
+            f"cost(groupBy:[PROJECT]), {args.window_days} whole days": (
+                COST_BY_PROJECT,
+                window_of(recent, end),
+            ),
+            f"same, window cut mid-day (-{args.mid_day_hours} h)": (
+                COST_BY_PROJECT,
+                window_of(recent - shift, end - shift),
+            ),
+            f"monthly cost by project, {args.days} days": (MONTHLY_COST_BY_PROJECT, window_of(start, end)),
+            f"effectiveCost, {args.window_days} whole days": (EFFECTIVE_COST, window_of(recent, end)),
         }
-        for label, w in (("day-aligned window", window), ("window cut mid-day (7 h offset)", shifted)):
-            for name, query in QUERIES.items():
-                for _ in range(3):
-                    answer = post(base + "/graphql", query, {"w": w})
-                    assert not answer.get("errors"), answer
-                times = []
-                for _ in range(args.repeat):
+        for name, (query, w) in questions.items():
+            answers = {label: answer_rows(post(target, query, {"w": w})) for label, target in targets.items()}
+            for _ in range(2):
+                for target in targets.values():
+                    answer_rows(post(target, query, {"w": w}))
+            if args.compare:
+                same = rounded(answers["group rollups"]) == rounded(answers["device level"])
+                assert same, f"{name}: the two paths differ"
+            times: dict[str, list[float]] = {label: [] for label in targets}
+            for _ in range(args.repeat):
+                for label, target in targets.items():  # interleaved: both see the same load
                     t = time.perf_counter()
-                    answer = post(base + "/graphql", query, {"w": w})
-                    times.append((time.perf_counter() - t) * 1000)
-                    assert not answer.get("errors"), answer
-                rows_out = len(next(iter(answer["data"].values())))
-                times.sort()
-                print(
-                    f"{label}, {name}: {rows_out} rows; median {statistics.median(times):.1f} ms, "
-                    f"p95 {times[int(0.95 * (len(times) - 1))]:.1f} ms, "
-                    f"min {times[0]:.1f} ms over {args.repeat} runs"
-                )
+                    answer_rows(post(target, query, {"w": w}))
+                    times[label].append((time.perf_counter() - t) * 1000)
+            line = f"{name}: {len(answers['group rollups'])} rows; " + "; ".join(
+                f"{label} {stats(ts)}" for label, ts in times.items()
+            )
+            if args.compare:
+                ratio = statistics.median(times["device level"]) / statistics.median(times["group rollups"])
+                line += f"; ratio {ratio:.1f}×"
+            print(line, flush=True)
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
-        if server is not None:
+        for server in servers:
             server.terminate()
             server.wait(10)
         if created is not None:
