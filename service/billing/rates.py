@@ -391,7 +391,7 @@ class _Priced:
 
     updates: pl.DataFrame  # id, hour_start, cost (nanos), idle_cost (nanos), currency, rate_source
     unmonitored: pl.DataFrame  # resource, h, cost (nanos), gap (1/scale µs), currency, source, rate_source
-    rates: list[_RateRun]
+    rates: pl.DataFrame  # runs of equal rates: resource, start_h, end_h, r_eff, r_billed, r_list, …
     scale: int
     resources: int
 
@@ -463,7 +463,7 @@ def _price(spans: list[_Span], devices: pl.DataFrame, share: Decimal) -> _Priced
         .then(pl.col("G") * 18 * k // (5 * pl.col("n").cast(_I128)))
         .otherwise(pl.lit(0, _I128)),
     )
-    _check_magnitude(hours, ["eff", "billed", "list"], "weight")
+    _check_magnitude(hours, ["span"], ["eff", "billed", "list"], "weight")
     hours = _allocate(hours, ["span"], ["eff", "billed", "list"], "weight", "h")
 
     # --- per resource-hour: the bill's share (one currency), billed GPU-µs
@@ -515,7 +515,7 @@ def _price(spans: list[_Span], devices: pl.DataFrame, share: Decimal) -> _Priced
             ),
         ]
     )
-    _check_magnitude(parts, ["eff"], "w")
+    _check_magnitude(parts, ["resource", "h"], ["eff"], "w")
     parts = _allocate(parts, ["resource", "h"], ["eff"], "w", "order")
     device_parts = parts.filter(pl.col("id").is_not_null()).join(
         devices.select("id", "hour_start", "p_us", "i_us"), on="id", how="left", maintain_order="left"
@@ -545,9 +545,8 @@ def _price(spans: list[_Span], devices: pl.DataFrame, share: Decimal) -> _Priced
             _half_even(pl.col(column) * per_hour, denominator)
         )
 
-    _check_magnitude(
-        rh.with_columns(_one=pl.lit(US_PER_HOUR * scale, _I128)), ["eff", "billed", "list"], "_one"
-    )
+    per_hour_rh = rh.with_columns(_one=pl.lit(US_PER_HOUR * scale, _I128))
+    _check_magnitude(per_hour_rh, ["resource", "h"], ["eff", "billed", "list"], "_one")
     priced = rh.with_columns(r_eff=rate("eff"), r_billed=rate("billed"), r_list=rate("list")).filter(
         pl.col("r_eff").is_not_null()
     )
@@ -565,16 +564,11 @@ def _price(spans: list[_Span], devices: pl.DataFrame, share: Decimal) -> _Priced
             *(pl.col(c).first() for c in key),
         )  # fmt: skip
     )
-    providers = dict(zip(*(_first_providers(spans)), strict=True))
-    rates = [
-        _RateRun((int(e), _int(b), _int(li), cur, src), s, t, providers[res], res)
-        for _, res, s, t, e, b, li, cur, src in runs.iter_rows()
-    ]
+    providers = pl.DataFrame(
+        _first_providers(spans), schema={"resource": pl.String, "provider": pl.String}, orient="col"
+    )
+    rates = runs.join(providers, on="resource", how="left", maintain_order="left").drop("run")
     return _Priced(updates, unmonitored, rates, scale, frame["resource"].n_unique())
-
-
-def _int(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _first_providers(spans: list[_Span]) -> tuple[list[str], list[str]]:
@@ -584,18 +578,33 @@ def _first_providers(spans: list[_Span]) -> tuple[list[str], list[str]]:
     return list(first), list(first.values())
 
 
-def _check_magnitude(frame: pl.DataFrame, totals: list[str], weight: str) -> None:
-    """The Int128 products stay exact: |total| × Σ weights below 2^125 (amounts beyond 10^24 nanos
-    with fractions of very different denominators would pass it); else refuse, naming why."""
+def _float(column: str) -> pl.Expr:
+    return pl.col(column).cast(pl.Float64)
+
+
+def _hour_start(h: pl.Expr) -> pl.Expr:
+    """Hour index → its start, UTC (as ``service.timeutil.hour_start``)."""
+    return pl.from_epoch(h * 3600, time_unit="s").dt.replace_time_zone("UTC").dt.cast_time_unit("us")
+
+
+def _check_magnitude(frame: pl.DataFrame, group: list[str], totals: list[str], weight: str) -> None:
+    """The Int128 products stay exact: per group, |total| × Σ|weights| below 2^125 (amounts beyond
+    10^24 nanos with GPU fractions of many different denominators could pass it); else refuse."""
     if frame.is_empty():
         return
-    big_w = frame.select(pl.col(weight).cast(pl.Float64).abs().sum()).item() or 0.0
-    for total in totals:
-        big_t = frame.select(pl.col(total).cast(pl.Float64).abs().max()).item() or 0.0
-        if big_t * max(big_w, 1.0) >= float(_SAFE):
-            raise PricingError(
-                "billing amounts or GPU fractions too large to re-price exactly in 128-bit integers"
-            )
+    bounds = frame.group_by(group).agg(
+        (
+            pl.col(weight).cast(pl.Float64).abs().sum().clip(lower_bound=1.0)
+            * pl.col(t).cast(pl.Float64).abs().max()
+        )
+        .fill_null(0.0)
+        .alias(t)
+        for t in totals
+    )
+    if any((bounds[t].max() or 0.0) >= float(_SAFE) for t in totals):  # type: ignore[operator]
+        raise PricingError(
+            "billing amounts or GPU fractions too large to re-price exactly in 128-bit integers"
+        )
 
 
 def reprice(
@@ -631,7 +640,7 @@ def reprice(
         priced = _price(spans, devices, share)
         unmonitored = _unmonitored_rows(priced, _resources_frame(spans, catalog))
 
-        _replace_rates(conn, start, end, [_rate_record(r) for r in priced.rates])
+        _replace_rates(conn, start, end, priced.rates)
         conn.execute(
             _HOUR.delete().where(
                 _HOUR.c.hour_index >= start_h, _HOUR.c.hour_index < end_h, is_unmonitored(_HOUR.c.device_id)
@@ -647,7 +656,7 @@ def reprice(
         if end_h > start_h:
             store.rebuild_days(conn, start_h // 24, (end_h - 1) // 24)
     return RepriceResult(
-        start, end, priced.resources, len(priced.rates), priced.updates.height, unmonitored.height
+        start, end, priced.resources, priced.rates.height, priced.updates.height, unmonitored.height
     )
 
 
@@ -713,9 +722,7 @@ def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
     seconds = {g: round(float(Fraction(int(g), priced.scale)) / 1e6, 6) for g in gaps}
     present = pl.DataFrame({"gap": gaps, "present_s": [seconds[g] for g in gaps]},
                            schema={"gap": _I128, "present_s": pl.Float64})  # fmt: skip
-    hour = (
-        pl.from_epoch(pl.col("h") * 3600, time_unit="s").dt.replace_time_zone("UTC").dt.cast_time_unit("us")
-    )
+    hour = _hour_start(pl.col("h"))
     return (
         rows.join(present, on="gap", how="left", maintain_order="left")
         .join(resources, on="resource", how="left", maintain_order="left")
@@ -783,55 +790,66 @@ def _insert_hours(conn: Connection, rows: pl.DataFrame) -> None:
         )
 
 
-@dataclass
-class _RateRun:
-    """Consecutive hours of one resource at the same rates: one billing ``GpuRate`` row."""
-
-    # (effective, billed, list) nanos per GPU-hour, currency, billing source
-    key: tuple[int, int | None, int | None, str, str]
-    start_h: int
-    end_h: int
-    provider: str
-    resource: str
-
-
-def _rate_record(run: _RateRun) -> dict[str, object]:
-    eff, billed, lst, currency, source = run.key
-    return {
-        "source_kind": BILLING_KIND,
-        "source_ref": source,
-        "precedence": BILLING_PRECEDENCE,
-        "environment": run.provider,
-        "instance_id": run.resource,
-        "instance_type": None,
-        "gpu_model": None,
-        "valid_from": hour_start(run.start_h),
-        "valid_to": hour_start(run.end_h),
-        "effective_per_gpu_hour": from_nanos(eff),
-        "billed_per_gpu_hour": None if billed is None else from_nanos(billed),
-        "list_per_gpu_hour": None if lst is None else from_nanos(lst),
-        "currency": currency,
-    }
-
-
-def _replace_rates(
-    conn: Connection, start: dt.datetime, end: dt.datetime, new: list[dict[str, object]]
-) -> None:
-    """Billing rates overlapping the window are cut at its edges; the inside is replaced by ``new``."""
+def _replace_rates(conn: Connection, start: dt.datetime, end: dt.datetime, runs: pl.DataFrame) -> None:
+    """Billing rates overlapping the window are cut at its edges; the inside is replaced by one
+    ``GpuRate`` per run of equal rates (written column-wise: COPY / one executemany)."""
     c = _RATE.c
     overlap = and_(
         c.source_kind == BILLING_KIND, c.valid_from < end, or_(c.valid_to.is_(None), c.valid_to > start)
     )
+    crossing = or_(c.valid_from < start, c.valid_to.is_(None), c.valid_to > end)
     keep: list[dict[str, object]] = []
-    for r in conn.execute(select(_RATE).where(overlap)).mappings():
+    for r in conn.execute(select(_RATE).where(overlap, crossing)).mappings():
         base = {k: v for k, v in r.items() if k != "id"}
         if r["valid_from"] < start:
             keep.append({**base, "valid_to": start})
         if r["valid_to"] is None or r["valid_to"] > end:
             keep.append({**base, "valid_from": end})
     conn.execute(_RATE.delete().where(overlap))
-    if keep or new:
-        conn.execute(insert(_RATE), keep + new)
+    if keep:
+        conn.execute(insert(_RATE), keep)
+    if runs.is_empty():
+        return
+
+    def at(h: str) -> pl.Expr:
+        return (
+            pl.from_epoch(pl.col(h) * 3600, time_unit="s").dt.replace_time_zone("UTC").dt.cast_time_unit("us")
+        )
+
+    frame = runs.select(
+        pl.lit(BILLING_KIND).alias("source_kind"),
+        pl.col("source").alias("source_ref"),
+        pl.lit(BILLING_PRECEDENCE).alias("precedence"),
+        pl.col("provider").alias("environment"),
+        pl.col("resource").alias("instance_id"),
+        pl.lit(None, pl.String).alias("instance_type"),
+        pl.lit(None, pl.String).alias("gpu_model"),
+        at("start_h").alias("valid_from"),
+        at("end_h").alias("valid_to"),
+        pl.col("r_eff").alias("effective_per_gpu_hour"),
+        pl.col("r_billed").alias("billed_per_gpu_hour"),
+        pl.col("r_list").alias("list_per_gpu_hour"),
+        "currency",
+    )
+    money = ["effective_per_gpu_hour", "billed_per_gpu_hour", "list_per_gpu_hour"]
+    if conn.dialect.name == "postgresql":
+        bulk.copy_csv(
+            conn,
+            _RATE.name,
+            frame.with_columns(
+                *(pl.when(pl.col(m).is_not_null()).then(bulk.nanos_text(m)).alias(m) for m in money),
+                bulk.pg_time("valid_from"),
+                bulk.pg_time("valid_to"),
+            ),
+        )
+    else:
+        bulk.insert_tuples(
+            conn,
+            _RATE.name,
+            frame.with_columns(
+                pl.col(money).cast(pl.Int64), bulk.sqlite_time("valid_from"), bulk.sqlite_time("valid_to")
+            ),
+        )
 
 
 def _upsert_devices(conn: Connection, rows: pl.DataFrame) -> None:

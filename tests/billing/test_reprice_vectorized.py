@@ -213,3 +213,22 @@ def test_generated_bills_equal_the_loop(
         assert_same(engine, rows, gpu_cost_share=share)
     finally:
         engine.dispose()
+
+
+def test_a_narrower_window_cuts_the_rates_crossing_it_as_the_loop_did(engine: Engine) -> None:
+    """A run of equal rates over hours 3-6 from a month's re-pricing, then hour 4 alone re-priced:
+    the run is cut at the window's edges (3-4 and 5-6 kept) around the new rate."""
+
+    def rows() -> list[Any]:
+        return [line("i-r", at(h), at(h + 1), "8", gpu_count=8, gpu_hours=D(8)) for h in range(3, 6)]
+
+    snapshots = []
+    for fn in (reprice_reference.reprice, rates.reprice):
+        empty(engine)
+        add(engine, rows())
+        fn(engine, *MONTH)
+        fn(engine, at(4), at(5))
+        snapshots.append(snapshot(engine))
+    assert snapshots[1] == snapshots[0]
+    windows = sorted((r["valid_from"], r["valid_to"]) for r in snapshots[1][2])
+    assert windows == [(at(3), at(4)), (at(4), at(5)), (at(5), at(6))]
