@@ -94,13 +94,14 @@ def _readiness(engine: Engine) -> tuple[bool, str]:
     return True, f"database at revision {head}"
 
 
-def _default_graphql_app(engine: Engine, settings: Settings, telemetry: Telemetry) -> ASGIApp:
+def _default_graphql_app(engine: Engine, settings: Settings, telemetry: Telemetry) -> tuple[ASGIApp, Any]:
+    """The GraphQL app and its answer cache (``service.api.answer_cache``)."""
     from service.api.answer_cache import AnswerCache
     from service.api.graphql import build_graphql_app, schema
 
     answers = AnswerCache(engine, settings.answer_cache, settings.limits, schema._schema)
     telemetry.registry.register(answers.collector())
-    return build_graphql_app(engine, settings.api_settings(), answers if answers.enabled else None)
+    return build_graphql_app(engine, settings.api_settings(), answers if answers.enabled else None), answers
 
 
 def create_app(
@@ -127,7 +128,11 @@ def create_app(
     owns_engine = engine is None
     engine = engine if engine is not None else make_engine(settings.database_url)
     telemetry = telemetry or Telemetry(engine)
-    gql = graphql_app if graphql_app is not None else _default_graphql_app(engine, settings, telemetry)
+    answers = None
+    if graphql_app is not None:
+        gql = graphql_app
+    else:
+        gql, answers = _default_graphql_app(engine, settings, telemetry)
 
     def build_scheduler() -> Scheduler:
         return Scheduler(
@@ -163,6 +168,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if answers is not None:
+            await answers.start()
         if lease is not None:
             await lease.start()
         freeze_startup_heap()  # short GC pauses under load (service.limits.heap)
@@ -172,6 +179,8 @@ def create_app(
             thaw_heap()
             if lease is not None:
                 await lease.stop()
+            if answers is not None:
+                await answers.close()
             if owns_engine:
                 engine.dispose()
 

@@ -21,6 +21,8 @@ from service.models import LedgerVersion
 
 _TABLE = table_of(LedgerVersion)
 _ROW_ID = 1
+#: :func:`current` as plain SQL, for a reader outside SQLAlchemy (the answer cache's async read).
+CURRENT_SQL = "SELECT version FROM ledger_version WHERE id = 1"
 
 
 def bump(conn: Connection) -> None:

@@ -283,11 +283,10 @@ def test_version_reads_are_coalesced_and_never_older_than_the_request() -> None:
     async def scenario() -> tuple[list[int], int]:
         gate = asyncio.Event()
         value = 0
-        loop = asyncio.get_running_loop()
 
-        def read() -> int:
+        async def read() -> int:
             seen = value  # the SELECT sees what is committed when it runs…
-            asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)  # …and answers later
+            await gate.wait()  # …and answers later
             return seen
 
         reader = VersionReader(read)
@@ -307,7 +306,7 @@ def test_version_reads_are_coalesced_and_never_older_than_the_request() -> None:
 
 def test_a_failing_version_read_reaches_every_waiter() -> None:
     async def scenario() -> list[str]:
-        def read() -> int:
+        async def read() -> int:
             raise RuntimeError("database gone")
 
         reader = VersionReader(read)
