@@ -129,8 +129,8 @@ def _run(
     if question is None:
         raise fail(f"no export named {name!r}; there are {', '.join(QUESTIONS)}")
     fmt = Format.named(extension)
-    if fmt is None:
-        formats = ", ".join(f.value for f in Format)
+    if fmt is None or fmt not in question.formats:
+        formats = ", ".join(f.value for f in Format if f in question.formats)
         raise fail(f"--format {extension!r}: use one of {formats} (or an --output ending in one)")
     settings = _settings(config)
     try:

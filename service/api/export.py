@@ -75,7 +75,7 @@ TIMEOUT_MESSAGE = (
 
 def export_paths() -> frozenset[str]:
     """Every path an export answers (the HTTP metrics' route labels: a finite set)."""
-    return frozenset(f"/export/{q}.{f.value}" for q in QUESTIONS for f in Format)
+    return frozenset(f"/export/{q.name}.{f.value}" for q in QUESTIONS.values() for f in q.formats)
 
 
 def refusal(status: int, code: str, message: str, parameter: str | None = None, **headers: str) -> Response:
@@ -113,9 +113,10 @@ def export_route(engine: Engine, settings: Settings) -> Route:
         if question is None:
             known = ", ".join(QUESTIONS)
             return refusal(404, "NOT_FOUND", f"no export named {name!r}; there are {known}", "question")
-        if fmt is None:
-            known = ", ".join(f.value for f in Format)
-            return refusal(404, "NOT_FOUND", f"no export format {extension!r}; there are {known}", "format")
+        if fmt is None or fmt not in question.formats:
+            known = ", ".join(f.value for f in Format if f in question.formats)
+            message = f"no {question.name} export as {extension!r}; there are {known}"
+            return refusal(404, "NOT_FOUND", message, "format")
         params = {key: request.query_params.getlist(key) for key in request.query_params}
         try:
             args = parse_args(

@@ -1,10 +1,10 @@
 """The questions an export answers, by the name in ``/export/{name}.{format}``, and their columns.
 
 A :class:`Question` names its own parameters (beyond the common window, groupBy, filter and
-fields), the columns it writes after ``period_start`` and the grouped dimensions, and how its
-frame is built. The registry is open: :func:`register` adds a question (issue 14's ``focus``)
-without touching the endpoint, the CLI or the metrics' route labels, which all read
-:data:`QUESTIONS`.
+fields), the columns it writes after ``period_start`` and the grouped dimensions, how its frame is
+built and the formats it is offered in (all by default). The registry is open: :func:`register`
+adds a question (issue 14's ``focus``) without touching the endpoint, the CLI or the metrics'
+route labels, which all read :data:`QUESTIONS`.
 
 Columns are the GraphQL field names in snake_case: ``period_start`` (UTC instant, null for
 TOTAL), one column per grouped dimension (``device``, ``gpu_model`` …), then the measures. Money
@@ -26,6 +26,7 @@ from service.analytics.errors import QueryError
 from service.analytics.frames import PERIOD_START
 from service.analytics.paging import Page, ResultTooLarge
 from service.export.arguments import QUESTION_PARAMETERS, ExportArgs
+from service.export.formats import Format
 
 #: Builds a question's frame: every column it has, rows within ``page``'s cap.
 Build = Callable[[Connection, ExportArgs, Page, "ExportContext"], pl.DataFrame]
@@ -50,6 +51,8 @@ class Question:
     measures: tuple[str, ...]
     build: Build
     default_group_by: tuple[Dimension, ...] = field(default=())
+    #: The formats it is offered in (a CSV-only report can say so).
+    formats: frozenset[Format] = field(default=frozenset(Format))
 
     def __post_init__(self) -> None:
         unknown = self.parameters - QUESTION_PARAMETERS

@@ -18,7 +18,12 @@ from api.conftest import serve
 from ledger_rows import at, row
 from sqlalchemy import Engine, func, select
 
+from service.analytics import columnar
+from service.analytics.paging import Page
 from service.auth.tokens import TokenStore
+from service.export.arguments import ExportArgs
+from service.export.formats import Format
+from service.export.questions import QUESTIONS, Question
 from service.models import LedgerHour
 
 W = {"start": at(0).isoformat(), "end": at(2).isoformat()}
@@ -283,3 +288,26 @@ def test_a_period_start_is_utc(app: tuple[str, dict[str, dict[str, str]]]) -> No
     r = get(base, "/export/usage.arrow", {**W, "granularity": "DAY"}, headers["all"])
     frame = pl.read_ipc_stream(io.BytesIO(r.content))
     assert frame["period_start"].to_list() == [dt.datetime(2025, 1, 6, tzinfo=dt.UTC)]
+
+
+def test_a_registered_question_is_served_in_its_formats(
+    engine: Engine, ledger: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry is open (issue 14 adds focus.csv): the route, the formats and the metric labels
+    follow it."""
+
+    def build(conn: Any, args: ExportArgs, page: Page, _context: Any) -> pl.DataFrame:
+        return columnar.usage_frame(conn, args.query, page=page)
+
+    question = Question("gpu-hours", "usage", frozenset({"granularity"}), ("gpu_hours",), build,
+                        formats=frozenset({Format.CSV}))  # fmt: skip
+    monkeypatch.setitem(QUESTIONS, question.name, question)
+    for base in serve(engine):
+        rows = csv_rows(get(base, "/export/gpu-hours.csv", {**W, "groupBy": "DEVICE"}))
+        assert [(x["device"], x["gpu_hours"]) for x in rows] == [
+            ("GPU-a", "2.0"), ("GPU-b", "2.0"), ("GPU-free", "2.0"), ("GPU-odd", "1.0")
+        ]  # fmt: skip
+        r = get(base, "/export/gpu-hours.parquet", W)
+        assert r.status_code == 404 and r.json()["parameter"] == "format"
+        assert "no gpu-hours export as 'parquet'; there are csv" in r.json()["error"]
+        assert 'route="/export/gpu-hours.csv"' in get(base, "/metrics").text
