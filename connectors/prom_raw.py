@@ -24,20 +24,13 @@
   are trusted only for times at least ``LATE_MS`` before the read (samples may still arrive for
   the last minutes) and only for ``HELD_FOR_S`` after it; a new connector (a new run, a restart
   after a crash) holds nothing and reads all the context it needs.
-* **Read ahead.** A ``collect`` of at least ``AHEAD_AFTER_MS`` is a backfill's day: when it ends,
-  the following day (up to ``LATE_MS`` before now) is read in one background thread while the
-  ingestor normalizes and writes, and the next ``collect`` takes it if it starts where that read
-  starts (an error there is raised by that ``collect``); otherwise it is waited for and dropped.
-  A backfill so reads one day it does not use, at its end.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import httpx
@@ -53,7 +46,6 @@ FIRST_SPAN_MS = HOUR_MS  # a field's first span in a run, before its rate is kno
 MIN_SPAN_MS = 1_000
 LATE_MS = 15 * 60_000  # samples younger than this at read time may still be arriving
 HELD_FOR_S = 600.0
-AHEAD_AFTER_MS = 12 * HOUR_MS  # a read this long is a backfill's: the next day is read ahead
 _TOO_MANY = re.compile(r"too many samples", re.IGNORECASE)
 #: Gets ``url`` with ``params``; a status in ``accept`` is returned instead of raising.
 Get = Callable[[str, dict[str, str], frozenset[int]], httpx.Response]
@@ -147,20 +139,6 @@ class RawReader:
             if ts.size:
                 found.append(Series(name, labels, ts, values))
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class Ahead:
-    """``[first_ms, end_ms)`` being read in the background: the next ``collect`` of a backfill."""
-
-    first_ms: int
-    end_ms: int
-    future: Future[list[tuple[SampleBatch, str | None]]]
-
-    def settle(self) -> None:
-        """Wait for the read to end, its answer unused (it shares the HTTP client)."""
-        with contextlib.suppress(Exception):
-            self.future.result()
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ import re
 import ssl
 import time
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -50,7 +49,7 @@ from connectors.dcgm import (
     Stamp,
     to_batch,
 )
-from connectors.prom_raw import AHEAD_AFTER_MS, HOUR_MS, LATE_MS, Ahead, Held, RawReader, hold
+from connectors.prom_raw import HOUR_MS, LATE_MS, Held, RawReader, hold
 from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
@@ -292,20 +291,11 @@ class PrometheusConnector:
         self._stamp = config.stamp()
         self._reader = RawReader(config.url, config.label_selector, self._get, config.max_query_samples)
         self._held: Held | None = None
-        self._ahead: Ahead | None = None  # the next day, read in the background
-        self._pool: ThreadPoolExecutor | None = None
         #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
         self.missing_data_hint: str | None = None
 
     def close(self) -> None:
-        """Close the HTTP client the connector made itself (an injected one is the caller's),
-        after a read ahead still running ends."""
-        if self._ahead is not None:
-            self._ahead.settle()
-            self._ahead = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Close the HTTP client the connector made itself (an injected one is the caller's)."""
         if self._owns_client:
             self._client.close()
 
@@ -350,46 +340,22 @@ class PrometheusConnector:
             if batch.samples.height:
                 yield batch
         self._held = None
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            if ahead.first_ms == at and ahead.end_ms <= end_ms:
-                for batch, hint in ahead.future.result():  # its error, if any, is this read's
-                    self.missing_data_hint = hint or self.missing_data_hint
-                    batches.append(batch)
-                    if batch.samples.height:
-                        yield batch
-                at = ahead.end_ms
-            else:
-                ahead.settle()
-        for batch, hint in self._read(at, end_ms):
-            self.missing_data_hint = hint or self.missing_data_hint
+        while at < end_ms:
+            chunk_end = min(end_ms, at + DAY_MS)
+            names = self._reader.present(at, chunk_end)
+            series = [s for name in names for s in self._reader.read(name, at, chunk_end)]
+            if not names:
+                self.missing_data_hint = self._hint(at, chunk_end - self._step_ms)
+            batch = to_batch(series, self._stamp)
             batches.append(batch)
             if batch.samples.height:
                 yield batch
+            at = chunk_end
         # the tail the next day's read starts in (its presence gap of context before midnight)
         keep_ms = 2 * round(self.sampling.presence_gap_s * 1000) + 2 * self._step_ms + HOUR_MS
         trusted_ms = min(end_ms, read_at_ms - LATE_MS)
         if trusted_ms > max(first_ms, end_ms - keep_ms):
             self._held = hold(batches, max(first_ms, end_ms - keep_ms), trusted_ms)
-        # A backfill asks for day after day: read the next one while the ingestor writes this one.
-        next_end = min(end_ms + DAY_MS, read_at_ms - LATE_MS)
-        if end_ms - first_ms >= AHEAD_AFTER_MS and next_end > end_ms:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"prometheus-{self.config.name}")
-            future = self._pool.submit(lambda: list(self._read(end_ms, next_end)))
-            self._ahead = Ahead(end_ms, next_end, future)
-
-    def _read(self, first_ms: int, end_ms: int) -> Iterator[tuple[SampleBatch, str | None]]:
-        """Batches of ``[first_ms, end_ms)`` read from the server, a day at a time, each with the
-        hint when nothing was stored in it."""
-        at = first_ms
-        while at < end_ms:
-            chunk_end = min(end_ms, at + DAY_MS)
-            names = self._reader.present(at, chunk_end)
-            series = [s for name in names for s in self._reader.read(name, at, chunk_end)]
-            hint = None if names else self._hint(at, chunk_end - self._step_ms)
-            yield to_batch(series, self._stamp), hint
-            at = chunk_end
 
     def _collect_grid(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
         step = self._step_ms

@@ -165,8 +165,7 @@ def test_spans_stay_under_the_budget_and_a_refused_query_is_halved(
     recorder = Recorder()
     with _connector(prometheus_url, recorder, max_query_samples=10_000) as connector:
         assert _frame(list(connector.collect(*window))).equals(whole)
-    end = int(window[1].timestamp() * 1000)  # not the next day, read ahead
-    spans = [b - a for a, b in map(_span, recorder.queries()) if a < end]
+    spans = [int(q["query"].rsplit("[", 1)[1].removesuffix("ms]")) - 1 for q in recorder.queries()]
     # the first span of each field is an hour (1,800 samples); then 10,000 / 30 per minute ≈ 333 min
     assert max(spans) <= 10_000 * 60_000 // GPUS + 60_000 and sum(spans) == 2 * 26 * 3_600_000
     refused = Recorder()
@@ -204,42 +203,24 @@ def test_a_span_refused_even_at_one_second_is_an_error_not_a_loop() -> None:
     assert asked[0].endswith("[3600001ms]") and asked[-1].endswith("[1001ms]") and len(asked) == 13
 
 
-def _span(query: dict[str, str]) -> tuple[int, int]:
-    """The ``[first, end)`` ms a range query asked for (its range is one ms longer)."""
-    end = round(float(query["time"]) * 1000) + 1
-    return end - (int(query["query"].rsplit("[", 1)[1].removesuffix("ms]")) - 1), end
-
-
 def test_the_next_day_reads_only_what_it_does_not_hold(prometheus_url: str) -> None:
     day1 = (D1 - HOUR, D1 + DAY + HOUR)  # what the ingestor asks for day 1 (presence gap 1 h)
-    day2 = (D1 + DAY - HOUR, D1 + 2 * DAY + HOUR)  # starts 2 h before day 1's read ended
+    day2 = (D1 + DAY - HOUR, D1 + 2 * DAY + HOUR)
     recorder = Recorder()
     with _connector(prometheus_url, recorder) as connector:
         list(connector.collect(*day1))
+        recorder.seen.clear()
         second = _frame(list(connector.collect(*day2)))
-    # every millisecond of both days asked once per field (day 2 read ahead while day 1 was
-    # written; a third day read ahead after day 2 is not counted)
-    end = int(day2[1].timestamp() * 1000)
-    for field in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"):
-        mine = sorted(
-            _span(q) for q in recorder.queries() if q["query"].startswith(field) and _span(q)[0] < end
-        )
-        assert [a for a, _ in mine[1:]] == [b for _, b in mine[:-1]]  # back to back, no overlap
-        assert (mine[0][0], mine[-1][1]) == (int(day1[0].timestamp() * 1000), end)
+    # day 2 starts 2 h before day 1's read ended: those 2 h come from memory
+    firsts = {
+        round(float(q["time"]) * 1000) + 1 - (int(q["query"].rsplit("[", 1)[1].removesuffix("ms]")) - 1)
+        for q in recorder.queries()
+    }
+    assert min(firsts) == int((D1 + DAY + HOUR).timestamp() * 1000)
+    assert recorder.seen[0][1]["start"] == f"{(D1 + DAY + HOUR).timestamp():.3f}"
     with _connector(prometheus_url) as fresh:  # a new run (or a restart) reads all it needs
         assert _frame(list(fresh.collect(*day2))).equals(second)
     assert second.height == GPUS * 2 * (26 * 60 - 60)  # the data ends at 2025-06-04 01:59:03
-
-
-def test_a_read_ahead_not_asked_for_is_dropped(prometheus_url: str) -> None:
-    day1 = (D1 - HOUR, D1 + DAY + HOUR)
-    with _connector(prometheus_url) as connector:
-        list(connector.collect(*day1))
-        assert connector._ahead is not None and connector._ahead.first_ms == int(day1[1].timestamp() * 1000)
-        other = _frame(list(connector.collect(D1, D1 + HOUR)))  # not where the read ahead starts
-    with _connector(prometheus_url) as fresh:
-        assert other.equals(_frame(list(fresh.collect(D1, D1 + HOUR))))
-    assert other.height == GPUS * 2 * 60
 
 
 def test_samples_near_the_read_time_are_read_again(prometheus_url: str) -> None:
