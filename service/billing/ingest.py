@@ -461,7 +461,7 @@ class _Importer:
         # A key some stored line already has: one of this run (an earlier batch, committed or in
         # this transaction) — "first on" it — or one outside what this run replaces.
         keys = tagged.filter(pl.col("line_key").is_not_null())["line_key"].unique()
-        stored = store.existing_keys(conn, self.source, keys.to_list())
+        stored = store.existing_keys(conn, self.source, keys)
         stored = stored.rename({"source_file": "_seen_file", "line_no": "_seen_line"}).with_columns(
             pl.col("_seen_file").is_in(sorted(self.run_files)).alias("_in_run")
         )

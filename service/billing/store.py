@@ -96,7 +96,7 @@ def end_import(conn: Connection, old: int | None) -> None:
         conn.exec_driver_sql(f"PRAGMA cache_size={old}")
 
 
-def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.DataFrame:
+def existing_keys(conn: Connection, source: str, keys: Sequence[str] | pl.Series) -> pl.DataFrame:
     """Lines of ``source`` stored under ``keys`` — including lines this connection inserted
     earlier in its open transaction: ``line_key``, ``source_file``, ``line_no``.
 
@@ -105,12 +105,14 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.Data
     unique index. Nothing grows with what is stored: each stored line is looked up by its key.
     """
     schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
-    unique = list(dict.fromkeys(keys))
-    if not unique:
+    probe = pl.Series("line_key", keys, dtype=pl.String).drop_nulls().unique(maintain_order=True)
+    if probe.is_empty():
         return pl.DataFrame(schema=schema)
     if conn.dialect.name == "postgresql":
-        found = _probe_postgresql(conn, source, unique)
-    elif conn.dialect.name == "sqlite":
+        found = _probe_postgresql(conn, source, probe)
+        return pl.DataFrame(found, schema=schema, orient="row")
+    unique = probe.to_list()
+    if conn.dialect.name == "sqlite":
         conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {_PROBE} (line_key TEXT PRIMARY KEY)")
         conn.exec_driver_sql(f"DELETE FROM temp.{_PROBE}")
         conn.exec_driver_sql(f"INSERT INTO temp.{_PROBE} (line_key) VALUES (?)", [(k,) for k in unique])
@@ -141,13 +143,13 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str]) -> pl.Data
     return pl.DataFrame(found, schema=schema, orient="row")
 
 
-def _probe_postgresql(conn: Connection, source: str, keys: list[str]) -> list[tuple[object, ...]]:
+def _probe_postgresql(conn: Connection, source: str, keys: pl.Series) -> list[tuple[object, ...]]:
     """``keys`` COPYed into a temporary table (dropped at the transaction's end), joined to
     ``billing_line``. The probe is analyzed so the planner knows its size: with a default guess it
     may hash the whole of ``billing_line`` instead of looking each key up in the unique index."""
     conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {_PROBE} (line_key text NOT NULL) ON COMMIT DROP")
     conn.exec_driver_sql(f"TRUNCATE {_PROBE}")
-    bulk.copy_csv(conn, _PROBE, pl.DataFrame({"line_key": keys}, schema={"line_key": pl.String}))
+    bulk.copy_csv(conn, _PROBE, keys.to_frame("line_key"))
     conn.exec_driver_sql(f"ANALYZE {_PROBE}")
     rows = conn.exec_driver_sql(
         f"SELECT l.line_key, l.source_file, l.line_no FROM {_PROBE} AS k"
