@@ -4,7 +4,8 @@
         [--clients 200] [--duration 60] [--warmup 5] [--mix cost=1,usage=1]
         [--window-days 30] [--cold] [--json FILE]
 
-Each client is one asyncio task with its own keep-alive HTTP connection (httpx); it sends its next
+Each client is one asyncio task with its own keep-alive HTTP/1.1 connection (``--client raw``:
+asyncio streams, a tenth of httpx's CPU; ``--client httpx``: an httpx pool); it sends its next
 request as soon as the previous one is answered, for ``--duration`` seconds after ``--warmup``
 seconds not counted. Requests are drawn from ``--mix`` (name=weight, round robin by weight, each
 client starting at a different point of the cycle):
@@ -41,8 +42,10 @@ import os
 import statistics
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -87,22 +90,69 @@ def default_window(days: int) -> dict[str, str]:
     return {"start": (today - dt.timedelta(days=days)).isoformat(), "end": today.isoformat()}
 
 
-def _error_kind(response: httpx.Response) -> str | None:
-    if response.status_code != 200:
-        return f"HTTP {response.status_code}"
+Answer = tuple[int, dict[str, str], bytes]  # status, headers (lower-case names), body
+
+
+def _error_kind(status: int, body: bytes) -> str | None:
+    if status != 200:
+        return f"HTTP {status}"
     try:
-        body = response.json()
+        answer = json.loads(body)
     except ValueError:
         return "invalid JSON"
-    if body.get("errors"):
-        codes = sorted({(e.get("extensions") or {}).get("code", "no code") for e in body["errors"]})
+    if answer.get("errors"):
+        codes = sorted({(e.get("extensions") or {}).get("code", "no code") for e in answer["errors"]})
         return "GraphQL " + ",".join(codes)
     return None
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection over asyncio streams, reopened when the server closes
+    it. A tenth of httpx's CPU per request: on a small shared machine the load generator must not
+    be what is measured. Content-Length bodies only (what uvicorn sends for these answers)."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parsed = urlsplit(url)
+        if parsed.scheme != "http" or parsed.hostname is None:
+            raise SystemExit(f"--client raw needs an http:// URL, got {url!r}")
+        self.host, self.port = parsed.hostname, parsed.port or 80
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.head = f"Host: {parsed.netloc}\r\nContent-Type: application/json\r\n{extra}".encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> Answer:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n" % (path.encode(), self.head, len(body))
+        try:
+            self.writer.write(request + body)
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split()[1])
+            headers = {}
+            for line in lines[1:]:
+                if line:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+            content = await self.reader.readexactly(int(headers["content-length"]))
+        except BaseException:
+            self.close()
+            raise
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, headers, content
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
 async def client(
     number: int,
-    http: httpx.AsyncClient,
+    send: Callable[[bytes], Awaitable[Answer]],
     cycle: list[str],
     window: dict[str, str],
     cold: bool,
@@ -111,19 +161,24 @@ async def client(
     tally: Tally,
 ) -> None:
     names = itertools.islice(itertools.cycle(cycle), number % len(cycle), None)
+    fixed = {
+        name: json.dumps({"query": QUERIES[name], "variables": {"w": window}}).encode() for name in QUERIES
+    }
     for sent, name in enumerate(names):
         now = time.perf_counter()
         if now >= stop_at:
             return
-        variables: dict[str, Any] = {"w": window}
-        if cold:  # unused by the document: same work, a key of its own
-            variables["nonce"] = f"{number}-{sent}"
+        body = fixed[name]
+        if cold:  # a variable the document does not use: same work, a key of its own
+            variables = {"w": window, "nonce": f"{number}-{sent}"}
+            body = json.dumps({"query": QUERIES[name], "variables": variables}).encode()
         started = time.perf_counter()
+        headers: dict[str, str] = {}
         try:
-            response = await http.post("/graphql", json={"query": QUERIES[name], "variables": variables})
-            kind = _error_kind(response)
-        except httpx.HTTPError as exc:
-            response, kind = None, type(exc).__name__
+            status, headers, content = await send(body)
+            kind = _error_kind(status, content)
+        except (OSError, EOFError, ValueError, KeyError, TimeoutError, httpx.HTTPError) as exc:
+            kind = type(exc).__name__
         took_s = time.perf_counter() - started
         tally.sent += 1
         if started < measure_from:
@@ -133,8 +188,7 @@ async def client(
             tally.errors[kind] += 1
             continue
         tally.latencies_s.append(took_s)
-        if response is not None:
-            tally.cache[response.headers.get("x-answer-cache", "none")] += 1
+        tally.cache[headers.get("x-answer-cache", "none")] += 1
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -178,15 +232,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tally = Tally()
     async with httpx.AsyncClient(base_url=args.url, headers=headers, limits=limits, timeout=timeout) as http:
         probe = await http.post("/graphql", json={"query": QUERIES[cycle[0]], "variables": {"w": window}})
-        if (kind := _error_kind(probe)) is not None:
+        if (kind := _error_kind(probe.status_code, probe.content)) is not None:
             raise SystemExit(f"the first request failed ({kind}): {probe.text[:500]}")
+
+        def sender(n: int) -> Callable[[bytes], Awaitable[Answer]]:
+            if args.client == "raw":
+                connection = RawConnection(args.url, headers)
+
+                async def raw(body: bytes) -> Answer:
+                    return await asyncio.wait_for(connection.post("/graphql", body), args.timeout_s)
+
+                return raw
+
+            async def pooled(body: bytes) -> Answer:
+                r = await http.post("/graphql", content=body, headers={"content-type": "application/json"})
+                return r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content
+
+            return pooled
+
+        senders = [sender(n) for n in range(args.clients)]
         start = time.perf_counter()
         measure_from, stop_at = start + args.warmup, start + args.warmup + args.duration
         load_before = os.getloadavg()
         cpu_before = tree_cpu_s(args.server_pid) if args.server_pid else None
         await asyncio.gather(
             *(
-                client(n, http, cycle, window, args.cold, measure_from, stop_at, tally)
+                client(n, senders[n], cycle, window, args.cold, measure_from, stop_at, tally)
                 for n in range(args.clients)
             )
         )
@@ -202,6 +273,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "duration_s": args.duration,
         "mix": args.mix,
         "cold": args.cold,
+        "client": args.client,
         "window": window,
         "requests": answered + sum(tally.errors.values()),
         "answered": answered,
@@ -237,6 +309,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cold", action="store_true", help="no two requests share a cache key")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="one request's client-side limit")
     parser.add_argument("--json", help="also write the result to this file")
+    parser.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="raw: one asyncio keep-alive connection per client (cheap); httpx: an httpx pool",
+    )
     parser.add_argument(
         "--server-pid",
         type=int,
