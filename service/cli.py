@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
+from service.cli_export import export_command
 from service.timeutil import ceil_hour, floor_hour, parse_utc
 
 if TYPE_CHECKING:
@@ -454,6 +455,8 @@ def agent_command(
     except AgentStartError as exc:
         raise fail(str(exc)) from None
 
+
+app.command("export")(export_command)  # service.cli_export
 
 tokens_app = typer.Typer(
     help="API tokens: create (the secret is shown once), list, revoke.", no_args_is_help=True

@@ -6,6 +6,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     max_window_days = 400          # largest query window
     page_size_max = 500            # Relay page-size cap
     max_result_rows = 10000        # rows of an aggregate answer without `first` (RESULT_TOO_LARGE)
+    export_max_rows = 5000000      # rows of a GET /export/… answer (413 RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
     gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
     log_level = "INFO"
@@ -115,6 +116,8 @@ class Settings(BaseSettings):
     max_window_days: int = Field(default=400, gt=0)
     page_size_max: int = Field(default=500, gt=0)
     max_result_rows: int = Field(default=10000, gt=0)
+    # Rows of one GET /export/… answer (service.api.export); the CLI's export has no cap.
+    export_max_rows: int = Field(default=5_000_000, gt=0)
     idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
     # What part of a cloud instance's bill is charged to its GPUs (DESIGN §4): 1 = all of it.
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
@@ -195,6 +198,7 @@ SCALARS = (
     "max_window_days",
     "page_size_max",
     "max_result_rows",
+    "export_max_rows",
     "idle_threshold_pct",
     "gpu_cost_share",
     "log_level",
