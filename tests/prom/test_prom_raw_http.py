@@ -21,7 +21,7 @@ from prom.promserver import running_prometheus, series_text
 from connectors.prom_decode import decode_matrix
 from connectors.prom_raw import LATE_MS
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
-from connectors.sdk import ConnectorError, SampleBatch
+from connectors.sdk import ConnectorError, FatalSourceError, SampleBatch
 
 D1 = dt.datetime(2025, 6, 2, tzinfo=dt.UTC)
 FIRST = int(D1.timestamp()) - 7200 + 3  # 22:00:03 the day before
@@ -308,3 +308,20 @@ def test_answers_come_uncompressed_unless_asked(prometheus_url: str, compress: b
     with client, PrometheusConnector(config, client=client) as connector:
         frame = _frame(list(connector.collect(D1, D1 + HOUR)))
     assert frame.height == GPUS * 2 * 60 and set(sent) == {encoding}
+
+
+def test_raw_reads_are_retried_and_refusals_are_fatal() -> None:
+    replies = [
+        httpx.Response(503, content=b"down"),
+        httpx.Response(200, content=b'{"status":"success","data":["DCGM_FI_DEV_GPU_UTIL"]}'),
+        httpx.Response(429, content=b"slow", headers={"Retry-After": "7"}),
+        httpx.Response(401, content=b'{"status":"error","error":"no"}'),
+    ]
+    sleeps: list[float] = []
+    config = PrometheusConfig(name="p", url="http://prom", step_s=60, backoff_s=1.0)
+    with (
+        httpx.Client(transport=httpx.MockTransport(lambda r: replies.pop(0))) as client,
+        pytest.raises(FatalSourceError, match="HTTP 401"),
+    ):
+        list(PrometheusConnector(config, client=client, sleep=sleeps.append).collect(D1, D1 + HOUR))
+    assert sleeps == [1.0, 7.0] and replies == []
