@@ -296,6 +296,7 @@ class PrometheusConnector:
 
     def close(self) -> None:
         """Close the HTTP client the connector made itself (an injected one is the caller's)."""
+        self._reader.close()
         if self._owns_client:
             self._client.close()
 

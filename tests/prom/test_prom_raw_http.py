@@ -218,6 +218,10 @@ def test_the_next_day_reads_only_what_it_does_not_hold(prometheus_url: str) -> N
     }
     assert min(firsts) == int((D1 + DAY + HOUR).timestamp() * 1000)
     assert recorder.seen[0][1]["start"] == f"{(D1 + DAY + HOUR).timestamp():.3f}"
+    # each field's rate is known by now: its day is asked as two half days at once
+    assert sorted(q["query"].split("{")[0] for q in recorder.queries()) == [
+        "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_POWER_USAGE"
+    ]  # fmt: skip
     with _connector(prometheus_url) as fresh:  # a new run (or a restart) reads all it needs
         assert _frame(list(fresh.collect(*day2))).equals(second)
     assert second.height == GPUS * 2 * (26 * 60 - 60)  # the data ends at 2025-06-04 01:59:03
