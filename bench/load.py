@@ -255,6 +255,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         measure_from, stop_at = start + args.warmup, start + args.warmup + args.duration
         load_before = os.getloadavg()
         cpu_before = tree_cpu_s(args.server_pid) if args.server_pid else None
+        client_cpu_before = time.process_time()
         await asyncio.gather(
             *(
                 client(n, senders[n], cycle, window, args.cold, measure_from, stop_at, tally)
@@ -265,6 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         elapsed_s = max(time.perf_counter() - measure_from, 1e-9)
         # (the server's CPU over warm-up and measurement, per request sent in that time)
         server_cpu_s = tree_cpu_s(args.server_pid) - cpu_before if cpu_before is not None else None
+        client_cpu_s = time.process_time() - client_cpu_before
     lat = sorted(tally.latencies_s)
     answered = len(lat)
     return {
@@ -285,6 +287,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "mean_ms": (statistics.fmean(lat) if lat else float("nan")) * 1000,
         "errors": dict(tally.errors),
         "server_cpu_s": server_cpu_s,
+        "client_cpu_ms_per_request": client_cpu_s * 1000 / max(1, tally.sent),
         "server_cpu_ms_per_request": (
             server_cpu_s * 1000 / max(1, tally.sent) if server_cpu_s is not None else None
         ),
@@ -337,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
             if result["server_cpu_ms_per_request"] is not None
             else ""
         )
+        + f"; this client's CPU {result['client_cpu_ms_per_request']:.2f} ms per request"
     )
     if args.json:
         with open(args.json, "w") as out:
