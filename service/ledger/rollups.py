@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select
+from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select, text
 
 from service.dbtypes import table_of
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
@@ -74,6 +74,10 @@ def hour_days(first_day: int, last_day: int) -> list[ColumnElement[bool]]:
     return [
         HOUR.c.day_index >= first_day,
         HOUR.c.day_index <= last_day,
+        # the same span as an hour_index range: what ix_ledger_hour_hour_index serves (a day of a
+        # month's partition, not all of it)
+        HOUR.c.hour_index >= first_day * 24,
+        HOUR.c.hour_index < (last_day + 1) * 24,
         HOUR.c.hour_start >= lo,
         HOUR.c.hour_start < hi,
     ]
@@ -83,8 +87,15 @@ def _estimated(column: Any) -> ColumnElement[bool]:
     return func.max(case((column, 1), else_=0)) > 0
 
 
+#: PostgreSQL ``work_mem`` for the rebuild's transaction: grouping a day of a large fleet by the
+#: fifteen keys fits in memory as a hash table; at the default 4 MB it sorts wide rows on disk.
+REBUILD_WORK_MEM = "64MB"
+
+
 def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
     """Recompute ``ledger_group_hour`` and ``ledger_group_day`` for days ``[first_day, last_day]``."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"SET LOCAL work_mem = '{REBUILD_WORK_MEM}'"))
     conn.execute(  # by hour_index: the indexed column
         delete(GROUP_HOUR).where(
             GROUP_HOUR.c.hour_index >= first_day * 24, GROUP_HOUR.c.hour_index < (last_day + 1) * 24

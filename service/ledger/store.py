@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 import polars as pl
-from sqlalchemy import Connection, Executable, Table, case, delete, func, insert, or_, select
+from sqlalchemy import Connection, Executable, Table, case, delete, func, insert, or_, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -132,6 +132,8 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
     ``ledger_day`` here, the group rollups by :func:`service.ledger.rollups.rebuild`. Every writer
     of ``ledger_hour`` calls this in its transaction, so none can forget one of the rollups."""
     retention.check_writable(conn, first_day)
+    if conn.dialect.name == "postgresql":  # group in memory, not by sorting wide rows on disk
+        conn.execute(text(f"SET LOCAL work_mem = '{rollups.REBUILD_WORK_MEM}'"))
     hour, day = table_of(LedgerHour), table_of(LedgerDay)
     conn.execute(delete(day).where(day.c.day_index >= first_day, day.c.day_index <= last_day))
     keys = [hour.c.device_id, hour.c.day_index, hour.c.workload_key, hour.c.currency]

@@ -212,9 +212,12 @@ def test_prune_keeps_rollups_and_day_aligned_answers(engine: Engine) -> None:
             retention.prune(conn, dt.datetime(2025, 2, 2, tzinfo=UTC))
         result = retention.prune(conn, dt.datetime(2025, 2, 1, tzinfo=UTC))
     assert result.rows_deleted == 8
-    if engine.dialect.name == "postgresql":
-        assert result.partitions_dropped == ["ledger_hour_2025_01"]
-        assert _attached(engine) == ["ledger_hour_2025_02"]
+    if engine.dialect.name == "postgresql":  # (the session's database may hold other tests' months)
+        assert "ledger_hour_2025_01" in result.partitions_dropped
+        assert all(name < "ledger_hour_2025_02" for name in result.partitions_dropped)
+        attached = _attached(engine)
+        assert "ledger_hour_2025_02" in attached
+        assert all(name >= "ledger_hour_2025_02" for name in attached)
     with engine.connect() as conn:
         assert conn.execute(select(func.min(LedgerHour.hour_start))).scalar_one() == dt.datetime(
             2025, 2, 1, tzinfo=UTC
