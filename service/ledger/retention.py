@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, delete, select, text
 
 from service.dbtypes import table_of
-from service.ledger import partitions
+from service.ledger import partitions, version
 from service.models import LedgerHour, LedgerRetention
 from service.timeutil import EPOCH, month_index, month_start
 
@@ -98,4 +98,5 @@ def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = No
         conn.execute(RETENTION.insert().values(id=1, hours_before=before))
     elif boundary < before:
         conn.execute(RETENTION.update().where(RETENTION.c.id == 1).values(hours_before=before))
+    version.bump(conn)  # last: answers of windows cut mid-day before the cutoff change
     return PruneResult(before, dropped, deleted)

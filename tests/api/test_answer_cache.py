@@ -6,6 +6,7 @@ The ledger: project alpha (team ml) and project gamma (team web) on one device e
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import Iterator
 from decimal import Decimal
@@ -314,3 +315,38 @@ def test_a_failing_version_read_reaches_every_waiter() -> None:
         return [str(o) for o in outcomes]
 
     assert asyncio.run(scenario()) == ["database gone"] * 3
+
+
+# --- the writers bump the version -------------------------------------------------------------
+
+
+def _version(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return version.current(conn)
+
+
+def test_an_ingest_bumps_once_per_committed_day_and_per_run_state(engine: Engine) -> None:
+    from connectors.registry import default_registry
+    from service.ledger.ingest import ingest_window
+
+    registry = default_registry()
+    connector = registry.build(registry.validate({"name": "s", "type": "synthetic"}))
+    before = _version(engine)
+    start = dt.datetime(2025, 9, 1, 22, tzinfo=dt.UTC)
+    result = ingest_window(engine, "s", connector, start, start + dt.timedelta(hours=4))
+    assert result.ledger_rows > 0
+    # the run begins (RUNNING), two UTC days commit (22-24 h, 0-2 h), the run ends
+    assert _version(engine) == before + 4
+
+
+def test_pruning_hours_bumps(engine: Engine) -> None:
+    from service.ledger.retention import prune
+
+    before = _version(engine)
+    with engine.begin() as conn:
+        prune(conn, dt.datetime(2025, 1, 1, tzinfo=dt.UTC), now=dt.datetime(2025, 6, 1, tzinfo=dt.UTC))
+    assert _version(engine) == before + 1
+    with engine.connect() as conn, conn.begin():  # rolled back with its transaction: no bump
+        prune(conn, dt.datetime(2025, 2, 1, tzinfo=dt.UTC), now=dt.datetime(2025, 6, 1, tzinfo=dt.UTC))
+        conn.rollback()
+    assert _version(engine) == before + 1
