@@ -1,11 +1,14 @@
 """Benchmark (a): normalization throughput, samples/s on one core, in-memory batch → ledger rows written.
 
-    .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5]
+    .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5] [--strings]
 
 Builds one DCGM-like batch (gpu_util, sm_active, power_w, energy_j, mem_used_b, temp_c per device,
-one workload change per device per hour), then times normalize → price → write into a fresh
-SQLite file, the same calls the ingestor makes. Reports wall and process CPU time; with
-POLARS_MAX_THREADS=1 the CPU time is one core's.
+a workload change per device every half hour), series after series as a connector hands them
+over, with Categorical ``device_id``/``metric``/``workload_key`` columns (``--strings``: String
+columns, as connectors handed them before issue 13). Then times ``normalize`` alone (issue 13's
+"normalization, one core" figure) and normalize → price → write into a fresh SQLite file (the
+same calls the ingestor makes). Reports wall and process CPU time; with POLARS_MAX_THREADS=1 the
+CPU time is one core's.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ HOUR_MS = 3_600_000
 METRICS = ["gpu_util", "sm_active", "power_w", "energy_j", "mem_used_b", "temp_c"]
 
 
-def batch(devices: int, hours: int, period_ms: int, seed: int = 7) -> pl.DataFrame:
+def batch(devices: int, hours: int, period_ms: int, seed: int = 7, strings: bool = False) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     ts = np.arange(0, hours * HOUR_MS, period_ms, dtype=np.int64)
     per_device = len(ts) * len(METRICS)
@@ -49,7 +52,7 @@ def batch(devices: int, hours: int, period_ms: int, seed: int = 7) -> pl.DataFra
     energy = metric == METRICS.index("energy_j")
     value[energy] = (t[energy] / 1000.0) * 400.0  # a 400 W counter in joules
     workload = (t // (HOUR_MS // 2)) % 3  # a pod change every half hour
-    return pl.DataFrame(
+    frame = pl.DataFrame(
         {
             "device_id": pl.Series(np.char.add("GPU-", dev.astype(str))),
             "ts_ms": t,
@@ -60,6 +63,11 @@ def batch(devices: int, hours: int, period_ms: int, seed: int = 7) -> pl.DataFra
         },
         schema=SAMPLE_SCHEMA,
     )
+    return (
+        frame
+        if strings
+        else frame.with_columns(pl.col("device_id", "metric", "workload_key").cast(pl.Categorical))
+    )
 
 
 def main() -> None:
@@ -68,8 +76,9 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--period-s", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--strings", action="store_true", help="String columns instead of Categorical")
     args = parser.parse_args()
-    samples = batch(args.devices, args.hours, int(args.period_s * 1000))
+    samples = batch(args.devices, args.hours, int(args.period_s * 1000), strings=args.strings)
     devices = {
         f"GPU-{i}": DeviceInfo(f"GPU-{i}", "onprem", region="dc1", gpu_model="H100", tdp_w=700.0)
         for i in range(args.devices)
@@ -94,7 +103,8 @@ def main() -> None:
     )
     print(
         f"batch: {samples.height:,} samples = {args.devices} devices × {args.hours} h × "
-        f"{len(METRICS)} metrics every {args.period_s:g} s"
+        f"{len(METRICS)} metrics every {args.period_s:g} s; "
+        f"{'String' if args.strings else 'Categorical'} device_id/metric/workload_key"
     )
     for attempt in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +112,9 @@ def main() -> None:
             SQLModel.metadata.create_all(engine)
             usage0 = resource.getrusage(resource.RUSAGE_SELF)
             wall0, cpu0 = time.perf_counter(), time.process_time()
-            rows = price_rows(_with_dimensions(normalize(samples, window), "bench", devices, workloads), book)
+            normalized = normalize(samples, window)
+            norm_wall, norm_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            rows = price_rows(_with_dimensions(normalized, "bench", devices, workloads), book)
             with engine.begin() as conn:
                 written = store.replace_hours(conn, "bench", 0, args.hours, sorted(devices), rows)
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -110,7 +122,9 @@ def main() -> None:
             user, system = usage1.ru_utime - usage0.ru_utime, usage1.ru_stime - usage0.ru_stime
             engine.dispose()
         print(
-            f"run {attempt + 1}: {written:,} ledger rows written; "
+            f"run {attempt + 1}: normalize alone: wall {norm_wall:.2f} s, CPU {norm_cpu:.2f} s "
+            f"({samples.height / norm_cpu / 1e6:.2f} M samples/s per core); whole pipeline: "
+            f"{written:,} ledger rows written; "
             f"wall {wall:.2f} s ({samples.height / wall / 1e6:.2f} M samples/s), "
             f"CPU {cpu:.2f} s ({samples.height / cpu / 1e6:.2f} M samples/s per core; "
             f"user {user:.2f} s, system {system:.2f} s)"

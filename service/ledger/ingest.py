@@ -141,7 +141,7 @@ def _ingest_chunk(
     seen = in_window.group_by("device_id").agg(
         pl.col("ts_ms").min().alias("first_ms"),
         pl.col("ts_ms").max().alias("last_ms"),
-        pl.col("metric").unique().sort().str.join(",").alias("metrics"),
+        pl.col("metric").cast(pl.String).unique().sort().str.join(",").alias("metrics"),
     )
     ids = set(seen["device_id"].to_list())
     with engine.begin() as conn:

@@ -109,15 +109,22 @@ def normalize(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
     batch = _encode(samples, window)
     if batch.frame.is_empty():
         return _decode(_empty_row_frame(), batch)
-    presence, owners = _presence(batch, window)
-    gauges = _gauge_stats(batch, window, owners)
-    energy = _energy(batch, window)
+    ordered = _order(batch)
+    presence, owners = _presence(batch, window, ordered)
+    gauges = _gauge_stats(batch, window, owners, ordered)
+    energy = _energy(batch, window, ordered)
     rows = presence.join(gauges, on="rk", how="left").join(energy, on="rk", how="left")
     return _decode(rows, batch)
 
 
 def _encode(samples: pl.DataFrame, window: Window) -> _Batch:
     origin = window.read_start_ms
+    if (
+        _categorical(samples, "device_id")
+        or _categorical(samples, "workload_key")
+        or _categorical(samples, "metric")
+    ):
+        return _encode_codes(samples, window)
     known = samples.filter(
         pl.col("metric").is_in(_METRICS)
         & pl.col("value").is_not_null()
@@ -140,6 +147,11 @@ def _encode(samples: pl.DataFrame, window: Window) -> _Batch:
         pl.col("value"),
         pl.col("share").fill_null(1.0).clip(0.0, 1.0),
     )
+    return _batch(frame, devices, workloads, window)
+
+
+def _batch(frame: pl.DataFrame, devices: pl.Series, workloads: pl.Series, window: Window) -> _Batch:
+    origin = window.read_start_ms
     span = window.read_end_ms - origin
     n_dev, n_wl = max(len(devices), 1), max(len(workloads), 1)
     return _Batch(
@@ -155,27 +167,152 @@ def _encode(samples: pl.DataFrame, window: Window) -> _Batch:
     )
 
 
-def _sorted_unique(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:
-    """``frame`` sorted by its key ``k``, one row per key.
+def _categorical(samples: pl.DataFrame, column: str) -> bool:
+    return isinstance(samples.schema[column], pl.Categorical | pl.Enum)
+
+
+def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
+    """``_encode`` for Categorical/Enum columns (connectors that hand them over): each column's
+    physical codes are mapped to ranks of the sorted distinct strings through a lookup table, so
+    no string is hashed per row and the codes equal those the String path gives (the same rows
+    come out, bit for bit). Rows of an unknown metric or without a device are dropped, as there."""
+    origin = window.read_start_ms
+    dev, devices = _ranks(samples["device_id"], None)
+    wl, workloads = _ranks(samples["workload_key"], "")
+    if _categorical(samples, "metric"):
+        metric, _ = _ranks(samples["metric"], None, fixed=_METRICS)
+    else:
+        metric = samples["metric"].replace_strict(_CODE, default=-1, return_dtype=pl.Int64).to_numpy()
+    frame = pl.DataFrame(
+        {
+            "dev": dev,
+            "metric": metric,
+            "ts": samples["ts_ms"] - origin,
+            "wl": wl,
+            "value": samples["value"],
+            "share": samples["share"].fill_null(1.0).clip(0.0, 1.0),
+        }
+    )
+    ts, value = pl.col("ts"), pl.col("value")
+    keep = (
+        (pl.col("dev") >= 0)
+        & (pl.col("metric") >= 0)
+        & value.is_not_null()
+        & value.is_not_nan()
+        & (ts >= 0)
+        & (ts < window.read_end_ms - origin)
+    )
+    if not frame.select(keep.all()).item():
+        frame = frame.filter(keep)
+        # Devices and workloads of the kept rows only, as the String path encodes them.
+        used_dev = np.flatnonzero(np.bincount(frame["dev"].to_numpy(), minlength=len(devices)))
+        used_wl = np.flatnonzero(np.bincount(frame["wl"].to_numpy(), minlength=len(workloads)))
+        if len(used_dev) < len(devices) or len(used_wl) < len(workloads):
+            dev_lut = np.full(max(len(devices), 1), -1, dtype=np.int64)
+            dev_lut[used_dev] = np.arange(len(used_dev))
+            wl_lut = np.full(max(len(workloads), 1), -1, dtype=np.int64)
+            wl_lut[used_wl] = np.arange(len(used_wl))
+            frame = frame.with_columns(
+                pl.Series("dev", dev_lut[frame["dev"].to_numpy()]),
+                pl.Series("wl", wl_lut[frame["wl"].to_numpy()]),
+            )
+            devices, workloads = devices.gather(used_dev), workloads.gather(used_wl)
+    return _batch(frame, devices, workloads, window)
+
+
+def _ranks(
+    column: pl.Series, null_as: str | None, fixed: list[str] | None = None
+) -> tuple[np.ndarray, pl.Series]:
+    """Per row, the rank of the row's string among the column's sorted distinct strings (nulls
+    read as ``null_as``; -1 where null and ``null_as`` is None), and those strings. With
+    ``fixed``, the ranks are positions in ``fixed`` instead (-1 for a string not in it)."""
+    if isinstance(column.dtype, pl.Categorical | pl.Enum):
+        distinct = column.unique()  # hashes the physical codes, not the strings
+        codes, strings = distinct.to_physical(), distinct.cast(pl.String)
+        physical = column.to_physical()
+    else:
+        strings = column.unique().drop_nulls()
+        codes = pl.Series(np.arange(len(strings), dtype=np.uint32))
+        physical = column.cast(pl.Enum(strings)).to_physical()
+        if column.null_count():
+            codes, strings = (
+                codes.append(pl.Series([None], dtype=pl.UInt32)),
+                strings.append(pl.Series([None])),
+            )
+    if null_as is not None:
+        strings = strings.fill_null(null_as)
+    names = fixed if fixed is not None else strings.drop_nulls().unique().sort().to_list()
+    rank = {name: i for i, name in enumerate(names)}
+    present = [c for c in codes.to_list() if c is not None]
+    null_code = max(present) + 1 if present else 0  # where a null row's code is looked up
+    lut = np.full(null_code + 1, -1, dtype=np.int64)
+    for code, name in zip(codes.to_list(), strings.to_list(), strict=True):
+        lut[null_code if code is None else code] = rank.get(name, -1) if name is not None else -1
+    out = lut[physical.fill_null(null_code).to_numpy()]
+    return out, pl.Series(names, dtype=pl.String)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    """The samples in chain order — each (device, metric) chain contiguous and sorted by (ts,
+    workload) — with their sample key ``k``; what every later step relies on instead of sorting."""
+
+    rows: pl.DataFrame  # every sample (a repeated one too), chain order
+    unique: pl.DataFrame  # one row per key: ``rows`` when nothing repeats
+    repeated: bool  # some (device, metric, ts, workload) came more than once
+    sliced: bool  # some (device, metric, ts) names several workloads (a time-sliced GPU)
+
+
+def _order(batch: _Batch) -> _Ordered:
+    """Chain order, sorting only when the source did not deliver it.
+
+    Connectors hand over series: one (device, metric) chain after another, in time order (a
+    Prometheus range query, a scrape log, an agent spool per device). Then the chains only need
+    to be contiguous and each sorted — their order among themselves does not matter to any later
+    step — and checking that is one pass, where sorting 10 M keys is the slowest step left.
+    """
+    key = batch.sample_key
+    frame = batch.frame.with_columns(
+        key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+    )
+    k = pl.col("k")
+    chain = key.prefix(k, "metric")
+    same_chain = (chain == chain.shift(1)).fill_null(False)
+    check = frame.select(
+        (same_chain & (k < k.shift(1))).any().alias("unsorted"),
+        (~same_chain).sum().alias("starts"),
+        chain.filter(~same_chain).n_unique().alias("chains"),
+    ).row(0, named=True)
+    if check["unsorted"] or check["starts"] != check["chains"]:
+        frame = frame.sort("k")
+    reading = key.prefix(k, "ts")
+    flags = frame.select(
+        (k == k.shift(1)).any().alias("repeated"),
+        ((reading == reading.shift(1)) & (k != k.shift(1))).any().alias("sliced"),
+    ).row(0, named=True)
+    unique = _dedupe(frame) if flags["repeated"] else frame
+    return _Ordered(frame, unique, bool(flags["repeated"]), bool(flags["sliced"]))
+
+
+def _dedupe(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:
+    """``frame`` (in key order) with one row per key ``k``, in the same order.
 
     A repeated reading counts once; when repeats disagree the largest value (then share) wins, so
     the answer never depends on the order a source delivered them in.
     """
     prefer = prefer or ["value", "share"]
-    frame = frame.sort("k")
     k = pl.col("k")
     repeated = ((k == k.shift(1)) | (k == k.shift(-1))).fill_null(False)
-    if not frame.select(repeated.any()).item():
-        return frame
-    tagged = frame.with_columns(repeated.alias("_repeated"))
+    tagged = frame.with_columns(repeated.alias("_repeated"), pl.int_range(pl.len()).alias("_at"))
     chosen = (
         tagged.filter(pl.col("_repeated"))
         .sort(["k", *prefer])
         .group_by("k", maintain_order=True)
-        .last()
+        .agg(pl.all().last(), pl.col("_at").first().alias("_first"))
+        .with_columns(pl.col("_first").alias("_at"))
         .select(tagged.columns)
     )
-    return pl.concat([tagged.filter(~pl.col("_repeated")), chosen]).drop("_repeated").sort("k")
+    return pl.concat([tagged.filter(~pl.col("_repeated")), chosen]).sort("_at").drop("_repeated", "_at")
 
 
 def _next_distinct(value: pl.Expr, ts: pl.Expr, group: pl.Expr) -> pl.Expr:
@@ -238,24 +375,28 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     )
 
 
-def _presence(batch: _Batch, window: Window) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _presence(batch: _Batch, window: Window, ordered: _Ordered) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Present milliseconds per ledger row, and per (dev, ts) reading the time the device's next
     reading names other owners (``_owner_changes``)."""
     key = batch.reading_key
     k = pl.col("k")
-    # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
-    readings = (
-        batch.frame.group_by(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
-        .agg(pl.col("share").max())
-        .sort("k")
-        .with_columns(
-            key.unpack(k, "dev").alias("dev"),
-            key.unpack(k, "ts").alias("ts"),
-            key.unpack(k, "wl").alias("wl"),
+    readings = None if ordered.repeated or ordered.sliced else _aligned_readings(ordered.rows, batch)
+    if readings is None:
+        # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
+        readings = (
+            batch.frame.group_by(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
+            .agg(pl.col("share").max())
+            .sort("k")
+            .with_columns(
+                key.unpack(k, "dev").alias("dev"),
+                key.unpack(k, "ts").alias("ts"),
+                key.unpack(k, "wl").alias("wl"),
+            )
         )
-    )
-    readings = readings.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"))
-    readings = _shares(readings, key.prefix(k, "ts"))
+        readings = readings.with_columns(
+            _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next")
+        )
+        readings = _shares(readings, key.prefix(k, "ts"))
     gap = pl.col("next") - pl.col("ts")
     intervals = readings.select(
         "dev",
@@ -270,6 +411,42 @@ def _presence(batch: _Batch, window: Window) -> tuple[pl.DataFrame, pl.DataFrame
     pieces = _split_hours(intervals, batch)
     present = pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
     return present, _owner_changes(readings, key.prefix(k, "ts"))
+
+
+def _aligned_readings(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame | None:
+    """The readings (dev, ts, wl, share = 1, next ts) without a group-by over every sample, when
+    every metric of each device reports at the same times for the same owner — one scrape, all
+    fields — so one chain per device holds all of them. ``None`` when that is not so.
+
+    ``rows`` is in chain order with one workload per (device, metric, ts) and no repeats; then each
+    reading has one owner and its share is 1 (as ``_shares`` makes a lone reading's), and chain
+    ``c`` of device ``d`` is aligned when it is as long as ``d``'s first chain and equal to it
+    row by row in ts and workload. One pass of gathers, where the group-by hashes every sample.
+    """
+    k = rows["k"].to_numpy()
+    dev, ts, wl = rows["dev"].to_numpy(), rows["ts"].to_numpy(), rows["wl"].to_numpy()
+    chain = k >> batch.sample_key.shift_of("metric")
+    starts = np.flatnonzero(np.concatenate(([True], chain[1:] != chain[:-1])))
+    lengths = np.diff(np.append(starts, len(k)))
+    chain_dev = dev[starts]
+    first = np.full(int(chain_dev.max()) + 1, -1, dtype=np.int64)
+    first[chain_dev[::-1]] = np.arange(len(starts) - 1, -1, -1)  # each device's first chain
+    ref = first[chain_dev]
+    if not np.array_equal(lengths, lengths[ref]):
+        return None
+    ref_row = np.repeat(starts[ref] - starts, lengths) + np.arange(len(k))
+    if not (np.array_equal(ts, ts[ref_row]) and np.array_equal(wl, wl[ref_row])):
+        return None
+    own = starts[ref == np.arange(len(starts))]  # the reference chains, one per device
+    take = np.concatenate(
+        [np.arange(a, a + n) for a, n in zip(own, lengths[np.isin(starts, own)], strict=True)]
+    )
+    readings = pl.DataFrame({"dev": dev[take], "ts": ts[take], "wl": wl[take]}).with_columns(
+        pl.lit(1.0).alias("share"),
+        batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"),
+    )
+    same_dev = pl.col("dev").shift(-1) == pl.col("dev")
+    return readings.with_columns(pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next"))
 
 
 def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
@@ -301,23 +478,24 @@ def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
     return owners.select("dev", "ts", pl.when(until >= 0).then(until).alias("owners_until"))
 
 
-def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame) -> pl.DataFrame:
+def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered) -> pl.DataFrame:
     key = batch.sample_key
     k = pl.col("k")
-    gauges = _sorted_unique(
-        batch.frame.filter(pl.col("metric").is_in(_GAUGE_CODES)).with_columns(
-            key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+    gauges = ordered.unique.filter(pl.col("metric").is_in(_GAUGE_CODES))  # still in chain order
+    chain = key.prefix(k, "metric")
+    if ordered.sliced:
+        gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), chain).alias("next"))
+        gauges = _shares(gauges, key.prefix(k, "ts"))
+    else:  # every reading is the chain's only one at its ts: the next row is the next reading
+        gauges = gauges.with_columns(
+            pl.when(chain.shift(-1) == chain).then(pl.col("ts").shift(-1)).alias("next"),
+            pl.lit(1.0).alias("share"),
         )
-    )
-    gauges = gauges.with_columns(
-        _next_distinct(pl.col("ts"), pl.col("ts"), key.prefix(k, "metric")).alias("next")
-    )
-    gauges = _shares(gauges, key.prefix(k, "ts"))
     # Only readings whose owners change within max_gap can be cut: usually a small frame.
     cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
     cap = pl.col("ts") + window.max_gap_ms
     if not cuts.is_empty():
-        gauges = gauges.join(cuts, on=["dev", "ts"], how="left")
+        gauges = gauges.join(cuts, on=["dev", "ts"], how="left", maintain_order="left")
         cap = pl.min_horizontal(cap, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
@@ -331,37 +509,54 @@ def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame) -> pl.Data
         pl.col("ts").alias("start"),
         pl.min_horizontal(pl.col("next").fill_null(cap), cap).alias("end"),
     )
-    pieces = _split_hours(intervals, batch)
+    return _widen(_metric_stats(_split_hours(intervals, batch), window), batch)
+
+
+def _metric_stats(pieces: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """Per (ledger row ``rk``, metric): observed ``w``, ``wv`` (∫ value), ``w_idle``, ``v_max`` and,
+    for utilization metrics, the histogram ``h0…`` of observed time by bucket.
+
+    The pieces come in chain order, so a (row, metric) is a few long runs of consecutive pieces
+    (a workload or an hour changes rarely): each run is summed in one pass of NumPy's ``reduceat``
+    (the histogram by ``bincount`` on run × bucket), and only the runs — thousands, not millions —
+    are grouped. A hash group-by of every piece by (row, metric, bucket) took most of this time.
+    """
+    hist_cols = [f"h{i}" for i in range(_N_BUCKETS)]
+    if pieces.is_empty():
+        floats = {c: pl.Float64 for c in ["w", "wv", "w_idle", *hist_cols, "v_max"]}
+        return pl.DataFrame(schema={"rk": pl.Int64, "metric": pl.Int64, **floats})
+    group = (pieces["rk"] * _N_METRICS + pieces["metric"]).to_numpy()
+    value = pieces["value"].to_numpy()
+    w = pieces["dur_ms"].to_numpy() * pieces["share"].to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+    run = np.cumsum(np.concatenate(([False], group[1:] != group[:-1])))
+    runs: dict[str, np.ndarray] = {
+        "g": group[starts],
+        "w": np.add.reduceat(w, starts),
+        "wv": np.add.reduceat(w * value, starts),
+        "w_idle": np.add.reduceat(np.where(value < window.idle_threshold_pct, w, 0.0), starts),
+        "v_max": np.maximum.reduceat(value, starts),
+    }
     edges = np.asarray(HIST_EDGES_PCT[1:-1], dtype=np.float64)
-    bucket = pl.Series(np.searchsorted(edges, pieces["value"].to_numpy(), side="right"), dtype=pl.Int64)
-    w = pl.col("dur_ms") * pl.col("share")
-    stats = (
-        pieces.select(
-            (
-                (pl.col("rk") * _N_METRICS + pl.col("metric")) * _N_BUCKETS
-                + bucket.clip(upper_bound=_N_BUCKETS - 1)
-            ).alias("g"),
-            w.alias("w"),
-            (w * pl.col("value")).alias("wv"),
-            pl.when(pl.col("value") < window.idle_threshold_pct).then(w).otherwise(0.0).alias("w_idle"),
-            pl.col("value").alias("v_max"),
-        )
+    util = np.isin(pieces["metric"].to_numpy(), _UTIL_CODES)
+    bucket = np.minimum(np.searchsorted(edges, value[util], side="right"), _N_BUCKETS - 1)
+    hist = np.bincount(run[util] * _N_BUCKETS + bucket, weights=w[util], minlength=len(starts) * _N_BUCKETS)
+    hist = hist.reshape(len(starts), _N_BUCKETS)
+    runs.update({f"h{i}": hist[:, i] for i in range(_N_BUCKETS)})
+    return (
+        pl.DataFrame(runs)
         .group_by("g")
-        .agg(pl.col("w", "wv", "w_idle").sum(), pl.col("v_max").max())
-        .with_columns(
-            (pl.col("g") // (_N_METRICS * _N_BUCKETS)).alias("rk"),
-            (pl.col("g") // _N_BUCKETS % _N_METRICS).alias("metric"),
-            (pl.col("g") % _N_BUCKETS).alias("bucket"),
+        .agg(pl.col("w", "wv", "w_idle", *hist_cols).sum(), pl.col("v_max").max())
+        .select(
+            (pl.col("g") // _N_METRICS).alias("rk"),
+            (pl.col("g") % _N_METRICS).alias("metric"),
+            pl.all().exclude("g"),
         )
     )
-    return _widen(stats, batch)
 
 
-def _widen(stats: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
-    """Per-(row, metric, bucket) stats → one wide row per ledger row (small frames from here on)."""
-    per_metric = stats.group_by("rk", "metric").agg(
-        pl.col("w").sum(), pl.col("wv").sum(), pl.col("w_idle").sum(), pl.col("v_max").max()
-    )
+def _widen(per_metric: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
+    """Per-(row, metric) stats → one wide row per ledger row (small frames from here on)."""
     dev_hour = pl.col("rk") // (1 << batch.row_key.shift_of("hour"))
     sm_hours = per_metric.filter(pl.col("metric") == _SM).select(dev_hour.alias("dh")).unique()
     columns: list[pl.Expr] = []
@@ -389,24 +584,19 @@ def _widen(stats: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     wide = wide.with_columns(dev_hour.is_in(sm_hours["dh"].implode()).alias("has_sm"))
     default_code = pl.when(pl.col("has_sm")).then(pl.lit(_SM)).otherwise(pl.lit(_GPU))
     hist = (
-        stats.with_columns(dev_hour.alias("dh"))
-        .join(wide.select("rk", "has_sm"), on="rk")
+        per_metric.join(wide.select("rk", "has_sm"), on="rk")
         .filter(pl.col("metric") == default_code)
-        .group_by("rk")
-        .agg(
-            [pl.col("w").filter(pl.col("bucket") == i).sum().alias(col) for i, col in enumerate(HIST_COLUMNS)]
-        )
+        .select("rk", *[pl.col(f"h{i}").alias(col) for i, col in enumerate(HIST_COLUMNS)])
     )
     return wide.join(hist, on="rk", how="left")
 
 
-def _energy(batch: _Batch, window: Window) -> pl.DataFrame:
+def _energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
     key = batch.reading_key
     k = pl.col("k")
-    counter = _sorted_unique(
-        batch.frame.filter(pl.col("metric") == _ENERGY).with_columns(
-            key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
-        )
+    # The energy chains, in chain order: keyed by (dev, ts, wl) they are in key order too.
+    counter = ordered.unique.filter(pl.col("metric") == _ENERGY).with_columns(
+        key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
     )
     counter = counter.with_columns(
         _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),

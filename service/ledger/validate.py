@@ -51,7 +51,11 @@ def validate_samples(samples: pl.DataFrame, known_devices: Iterable[str]) -> Che
     """Split a batch into accepted samples and counted, described rejections."""
     if samples.is_empty():
         return Checked(read=0, accepted=pl.DataFrame(schema=SAMPLE_SCHEMA), rejected=0)
-    samples = samples.select([pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()])
+    # Categorical/Enum string columns stay as they are: normalization reads their codes (issue 13).
+    samples = samples.select(
+        pl.col(c) if isinstance(samples.schema.get(c), pl.Categorical | pl.Enum) else pl.col(c).cast(t)
+        for c, t in SAMPLE_SCHEMA.items()
+    )
     reasons = _reasons(sorted(set(known_devices)))
     code = pl.lit(None, dtype=pl.Int64)
     for index, (_, _, bad) in reversed(list(enumerate(reasons))):

@@ -1,0 +1,154 @@
+"""Categorical input and the fast paths give the same ledger as String input and the general paths.
+
+Connectors may hand ``device_id``, ``metric`` and ``workload_key`` over as String, Categorical or
+Enum columns (issue 13: no per-row string encoding); normalization must give identical rows for
+all of them. Scrape-like input (every metric of a device at the same times, chains in order)
+takes the fast paths — presence from one chain per device, no sort, no group-by of every sample —
+and must give the rows the general paths give (forced here by marking the batch time-sliced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal as assert_frame_close
+
+from connectors.base import SAMPLE_SCHEMA
+from service.ledger import normalize as normalize_module
+from service.ledger.normalize import Window, normalize
+
+H = 3_600_000
+M = 60_000
+WINDOW = Window(start_ms=0, end_ms=3 * H, max_gap_ms=2 * M, presence_gap_ms=H)
+METRICS = ["gpu_util", "sm_active", "power_w", "energy_j", "mem_used_b", "temp_c"]
+KEYS = ["device_id", "metric", "workload_key"]
+
+
+def frame(rows: list[tuple[str, int, str, float, str | None, float | None]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
+
+
+def as_categorical(samples: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    return samples.with_columns(pl.col(columns).cast(pl.Categorical))
+
+
+def as_enum(samples: pl.DataFrame) -> pl.DataFrame:
+    """Enum columns whose categories are in another order than the strings sort, with extras."""
+
+    def categories(column: str) -> list[str]:
+        return sorted({v for v in samples[column].to_list() if v is not None} | {"zz-unused"}, reverse=True)
+
+    return samples.with_columns(pl.col(c).cast(pl.Enum(categories(c))) for c in KEYS)
+
+
+def assert_frame_equal(got: pl.DataFrame, expected: pl.DataFrame) -> None:
+    assert_frame_close(got, expected, check_exact=True)  # every float bit for bit
+
+
+def general(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """``normalize`` through the general paths only (presence by group-by, next reading by fill)."""
+    order = normalize_module._order
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            normalize_module, "_order", lambda batch: dataclasses.replace(order(batch), sliced=True)
+        )
+        return normalize(samples, window)
+
+
+# Random readings (any order, repeats, time-sliced): String, Categorical and Enum agree.
+readings = st.lists(
+    st.tuples(
+        st.sampled_from(["B", "A", "GPU-10", "GPU-9"]),
+        st.integers(min_value=-H, max_value=4 * H),
+        st.sampled_from([*METRICS, "present", "bogus"]),
+        st.floats(min_value=0, max_value=100, allow_nan=False),
+        st.sampled_from(["", "w2", "w1", None]),
+        st.sampled_from([1.0, 0.5, 0.25, None]),
+    ),
+    max_size=120,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=readings, which=st.sampled_from([KEYS, ["device_id"], ["workload_key"], ["metric"]]))
+def test_string_and_categorical_input_give_identical_ledgers(rows, which) -> None:
+    samples = frame(rows)
+    expected = normalize(samples, WINDOW)
+    assert_frame_equal(normalize(as_categorical(samples, which), WINDOW), expected)
+    assert_frame_equal(normalize(as_enum(samples), WINDOW), expected)
+
+
+# Scrape-like readings: each device reports every metric at the same times, for one owner at a
+# time; then some perturbation (a lost field, a repeat, a time-sliced reading, another order).
+@st.composite
+def scrapes(draw: st.DrawFn) -> list[tuple[str, int, str, float, str | None, float | None]]:
+    rows = []
+    for device in draw(
+        st.lists(st.sampled_from(["GPU-2", "GPU-10", "A"]), min_size=1, max_size=3, unique=True)
+    ):
+        times = draw(st.lists(st.integers(min_value=-H // M, max_value=4 * H // M), min_size=1, max_size=40))
+        metrics = draw(st.lists(st.sampled_from(METRICS), min_size=1, max_size=4, unique=True))
+        owners = draw(st.lists(st.sampled_from(["", "pod-a", "pod-b"]), min_size=1, max_size=3))
+        for metric in metrics:
+            for t in sorted(set(times)):
+                value = draw(st.floats(min_value=0, max_value=100, allow_nan=False))
+                rows.append((device, t * M, metric, value, owners[t % len(owners)], 1.0))
+    perturb = draw(st.sampled_from(["none", "drop", "repeat", "slice", "relabel"]))
+    if perturb == "drop" and len(rows) > 1:
+        del rows[draw(st.integers(min_value=0, max_value=len(rows) - 1))]
+    elif perturb == "repeat":
+        rows.append(rows[draw(st.integers(min_value=0, max_value=len(rows) - 1))])
+    elif perturb == "slice":
+        d, t, m, v, _, _ = rows[draw(st.integers(min_value=0, max_value=len(rows) - 1))]
+        rows.append((d, t, m, v / 2, "pod-c", 0.5))
+    elif perturb == "relabel":
+        i = draw(st.integers(min_value=0, max_value=len(rows) - 1))
+        rows[i] = (*rows[i][:4], "pod-z", 1.0)
+    return rows
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=scrapes(),
+    gap=st.sampled_from([(2 * M, H), (10 * M, 10 * M), (30_000, 2 * M)]),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_fast_paths_equal_the_general_paths(rows, gap, seed) -> None:
+    window = Window(start_ms=0, end_ms=3 * H, max_gap_ms=gap[0], presence_gap_ms=gap[1])
+    samples = frame(rows)
+    expected = general(samples, window)
+    assert_frame_equal(normalize(samples, window), expected)
+    assert_frame_equal(normalize(as_categorical(samples, KEYS), window), expected)
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=seed)  # out of chain order: sorted first
+    assert_frame_equal(normalize(shuffled, window), expected)
+
+
+def test_a_scrape_takes_the_fast_paths_and_gives_the_hand_computed_rows() -> None:
+    """Two metrics every minute 10:00–10:59 for pod-a, then pod-b 11:00–11:29 (max_gap 2 min)."""
+    rows = [
+        ("D", t * M, metric, value, "pod-a" if t < 60 else "pod-b", 1.0)
+        for metric, value in (("gpu_util", 50.0), ("power_w", 300.0))
+        for t in range(90)
+    ]
+    samples = as_categorical(frame(rows), KEYS)
+    batch = normalize_module._encode(samples, WINDOW)
+    ordered = normalize_module._order(batch)
+    assert (ordered.repeated, ordered.sliced) == (False, False)
+    assert normalize_module._aligned_readings(ordered.rows, batch) is not None  # the fast presence
+    out = normalize(samples, WINDOW)
+    assert out.select("device_id", "hour_index", "workload_key").rows() == [
+        ("D", 0, "pod-a"),
+        ("D", 1, "pod-b"),
+    ]
+    first, second = out.row(0, named=True), out.row(1, named=True)
+    assert (first["present_s"], first["observed_s"], first["busy_s"]) == (3600.0, 3600.0, 1800.0)
+    # 11:00–11:29 read, the last reading stands for max_gap (2 min): 31 minutes, none after.
+    assert (second["present_s"], second["observed_s"], second["busy_s"]) == (1860.0, 1860.0, 930.0)
+    assert first["power_avg_w"] == 300.0 and first["energy_j"] == pytest.approx(300.0 * 3600)
+    assert first["hist_25_50_s"] == 0.0 and first["hist_50_75_s"] == 3600.0
