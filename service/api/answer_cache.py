@@ -65,6 +65,9 @@ CACHE_HEADER = "x-answer-cache"
 ENTRY_OVERHEAD_B = 256
 #: Documents longer than this are not normalized (nor cached): real dashboards are far shorter.
 MAX_DOCUMENT_CHARS = 64 * 1024
+#: Request bodies larger than this are not keyed (nor cached): not even their JSON is decoded on
+#: the event loop (strawberry still answers them, within ``max_body_b``).
+MAX_KEYED_BODY_B = 256 * 1024
 #: Total characters of remembered document normalizations (raw text → printed document).
 NORMALIZED_MEMO_CHARS = 8 * MIB
 
@@ -320,8 +323,11 @@ class AnswerCache:
         strawberry gives such a request its answer or its error)."""
         if request.method != "POST" or "application/json" not in request.headers.get("content-type", ""):
             return None
+        body = await request.body()
+        if len(body) > MAX_KEYED_BODY_B:
+            return None
         try:
-            data = json.loads(await request.body())
+            data = json.loads(body)
         except (ValueError, RecursionError):
             return None
         if not isinstance(data, dict):
