@@ -226,7 +226,16 @@ def _ranks(
     """Per row, the rank of the row's string among the column's sorted distinct strings (nulls
     read as ``null_as``; -1 where null and ``null_as`` is None), and those strings. With
     ``fixed``, the ranks are positions in ``fixed`` instead (-1 for a string not in it)."""
-    if isinstance(column.dtype, pl.Categorical | pl.Enum):
+    if isinstance(column.dtype, pl.Enum):  # the codes index the fixed categories: nothing to scan
+        strings = pl.Series(column.dtype.categories, dtype=pl.String)
+        codes = pl.Series(np.arange(len(strings), dtype=np.uint32))
+        physical = column.to_physical()
+        if column.null_count():
+            codes, strings = (
+                codes.append(pl.Series([None], dtype=pl.UInt32)),
+                strings.append(pl.Series([None])),
+            )
+    elif isinstance(column.dtype, pl.Categorical):
         distinct = column.unique()  # hashes the physical codes, not the strings
         codes, strings = distinct.to_physical(), distinct.cast(pl.String)
         physical = column.to_physical()
@@ -351,7 +360,9 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     """Clip [start, end) to the window and cut it at UTC hours: one row per piece with dur_ms."""
     clipped = frame.with_columns(
         pl.col("start").clip(lower_bound=batch.start), pl.col("end").clip(upper_bound=batch.end)
-    ).filter(pl.col("end") > pl.col("start"))
+    )
+    if not clipped.select((pl.col("end") > pl.col("start")).all()).item():  # skip the copy when all are kept
+        clipped = clipped.filter(pl.col("end") > pl.col("start"))
     hour = pl.col("start") // HOUR_MS
     hour_end = (hour + 1) * HOUR_MS
     # Every interval's first piece is computed in place; the few that cross an hour boundary
@@ -421,7 +432,8 @@ def _aligned_readings(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame | None:
     ``rows`` is in chain order with one workload per (device, metric, ts) and no repeats; then each
     reading has one owner and its share is 1 (as ``_shares`` makes a lone reading's), and chain
     ``c`` of device ``d`` is aligned when it is as long as ``d``'s first chain and equal to it
-    row by row in ts and workload. One pass of gathers, where the group-by hashes every sample.
+    row by row in ts and workload: slices compared (one matrix when all chains are as long, as
+    in a scrape), where the group-by hashes every sample.
     """
     k = rows["k"].to_numpy()
     dev, ts, wl = rows["dev"].to_numpy(), rows["ts"].to_numpy(), rows["wl"].to_numpy()
@@ -434,13 +446,22 @@ def _aligned_readings(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame | None:
     ref = first[chain_dev]
     if not np.array_equal(lengths, lengths[ref]):
         return None
-    ref_row = np.repeat(starts[ref] - starts, lengths) + np.arange(len(k))
-    if not (np.array_equal(ts, ts[ref_row]) and np.array_equal(wl, wl[ref_row])):
-        return None
-    own = starts[ref == np.arange(len(starts))]  # the reference chains, one per device
-    take = np.concatenate(
-        [np.arange(a, a + n) for a, n in zip(own, lengths[np.isin(starts, own)], strict=True)]
-    )
+    is_ref = ref == np.arange(len(starts))
+    own, own_lengths = starts[is_ref], lengths[is_ref]  # the reference chains, one per device
+    if np.all(lengths == lengths[0]):  # the usual scrape: every chain as long, compared as a matrix
+        width = int(lengths[0])
+        for column in (ts, wl):
+            matrix = column.reshape(len(starts), width)
+            if not np.array_equal(matrix, matrix[ref]):
+                return None
+        take = (own[:, None] + np.arange(width)[None, :]).ravel()
+    else:
+        for a, n, r in zip(starts, lengths, starts[ref], strict=True):
+            if r != a and not (
+                np.array_equal(ts[a : a + n], ts[r : r + n]) and np.array_equal(wl[a : a + n], wl[r : r + n])
+            ):
+                return None
+        take = np.concatenate([np.arange(a, a + n) for a, n in zip(own, own_lengths, strict=True)])
     readings = pl.DataFrame({"dev": dev[take], "ts": ts[take], "wl": wl[take]}).with_columns(
         pl.lit(1.0).alias("share"),
         batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"),
@@ -491,11 +512,21 @@ def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _
             pl.when(chain.shift(-1) == chain).then(pl.col("ts").shift(-1)).alias("next"),
             pl.lit(1.0).alias("share"),
         )
-    # Only readings whose owners change within max_gap can be cut: usually a small frame.
+    # Only readings whose owners change within max_gap can be cut: usually a small frame, so the
+    # few gauge rows at those readings are found by a set lookup and joined alone.
     cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
     cap = pl.col("ts") + window.max_gap_ms
     if not cuts.is_empty():
-        gauges = gauges.join(cuts, on=["dev", "ts"], how="left", maintain_order="left")
+        reading = batch.reading_key.prefix(
+            batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.lit(0)), "ts"
+        )
+        at = gauges.select(reading.alias("r"))["r"]
+        cut_at = cuts.select(reading.alias("r"), "owners_until")
+        rows = np.flatnonzero(at.is_in(cut_at["r"].implode()).to_numpy())
+        until = pl.DataFrame({"r": at.gather(rows)}).join(cut_at, on="r", how="left", maintain_order="left")
+        owners_until = np.full(gauges.height, np.iinfo(np.int64).max, dtype=np.int64)
+        owners_until[rows] = until["owners_until"].to_numpy()
+        gauges = gauges.with_columns(pl.Series("owners_until", owners_until))
         cap = pl.min_horizontal(cap, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
@@ -598,11 +629,23 @@ def _energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
     counter = ordered.unique.filter(pl.col("metric") == _ENERGY).with_columns(
         key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
     )
-    counter = counter.with_columns(
-        _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),
-        _next_distinct(pl.col("value"), pl.col("ts"), pl.col("dev")).alias("next_value"),
-    ).filter(pl.col("next").is_not_null() & ((pl.col("next") - pl.col("ts")) <= window.presence_ms))
-    counter = _shares(counter, key.prefix(k, "ts"))
+    if ordered.sliced:
+        counter = counter.with_columns(
+            _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),
+            _next_distinct(pl.col("value"), pl.col("ts"), pl.col("dev")).alias("next_value"),
+        )
+    else:  # one reading per ts: the next row of the device's chain is its next reading
+        same_dev = pl.col("dev").shift(-1) == pl.col("dev")
+        counter = counter.with_columns(
+            pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next"),
+            pl.when(same_dev).then(pl.col("value").shift(-1)).alias("next_value"),
+        )
+    counter = counter.filter(
+        pl.col("next").is_not_null() & ((pl.col("next") - pl.col("ts")) <= window.presence_ms)
+    )
+    counter = (
+        _shares(counter, key.prefix(k, "ts")) if ordered.sliced else counter.with_columns(share=pl.lit(1.0))
+    )
     # A drop is a counter reset: the later reading counts from zero.
     delta = (
         pl.when(pl.col("next_value") >= pl.col("value"))
