@@ -19,8 +19,15 @@ Rules, where a reading could differ (DESIGN §3.6; docs/ledger-semantics.md says
   result never depends on the order a source delivers readings in.
 
 The caller passes samples from ``[start − presence_gap, end + presence_gap)`` so that hour-by-hour
-and long ingestions give identical rows. Strings are dictionary-encoded once; after that every
-sort and group-by runs on one bit-packed Int64 key (service/ledger/keys.py).
+and long ingestions give identical rows. ``device_id``, ``metric`` and ``workload_key`` may be
+String, Categorical or Enum columns (a connector that hands over categoricals saves hashing every
+row's strings; the rows are identical either way). They become integer codes once; after that
+every step runs on one bit-packed Int64 key (service/ledger/keys.py) in chain order — each
+(device, metric) series contiguous and in time order, as connectors deliver them, so the batch
+is sorted only when it is not — and the scrape-shaped common case (every metric of a device at
+the same times, one owner per reading) takes presence from one chain per device instead of a
+group-by of every sample (tests/ledger/test_normalize_categorical.py pins both to the general
+paths, exactly).
 """
 
 from __future__ import annotations
