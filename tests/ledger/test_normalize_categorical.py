@@ -152,3 +152,66 @@ def test_a_scrape_takes_the_fast_paths_and_gives_the_hand_computed_rows() -> Non
     assert (second["present_s"], second["observed_s"], second["busy_s"]) == (1860.0, 1860.0, 930.0)
     assert first["power_avg_w"] == 300.0 and first["energy_j"] == pytest.approx(300.0 * 3600)
     assert first["hist_25_50_s"] == 0.0 and first["hist_50_75_s"] == 3600.0
+
+
+class _CategoricalSynthetic:
+    """The synthetic fleet handing Categorical columns, as a connector may (issue 13)."""
+
+    def __init__(self) -> None:
+        from connectors.synthetic import SyntheticConfig, SyntheticConnector
+
+        self.inner = SyntheticConnector(SyntheticConfig(name="demo", type="synthetic", period_s=300.0))
+        self.sampling, self.config_model, self.kind = self.inner.sampling, self.inner.config_model, "metrics"
+
+    def discover(self):  # type: ignore[no-untyped-def]
+        return self.inner.discover()
+
+    def collect(self, start, end):  # type: ignore[no-untyped-def]
+        from connectors.base import SampleBatch
+
+        for batch in self.inner.collect(start, end):
+            samples = batch.samples.with_columns(pl.col(KEYS).cast(pl.Categorical))
+            yield SampleBatch(samples, batch.devices, batch.workloads)
+
+
+def test_an_ingest_of_categorical_batches_writes_the_same_ledger(engine) -> None:  # type: ignore[no-untyped-def]
+    """Through the whole ingest (validation, normalization, devices, ledger rows, rollups)."""
+    import datetime as dt
+
+    from sqlalchemy import text
+
+    from connectors.synthetic import SyntheticConfig, SyntheticConnector
+    from service.ledger.ingest import ingest_window
+    from service.models import LedgerHour
+
+    start, end = dt.datetime(2025, 3, 3, tzinfo=dt.UTC), dt.datetime(2025, 3, 4, tzinfo=dt.UTC)
+    columns = ", ".join(c.name for c in LedgerHour.__table__.c if c.name != "id")  # a rewrite gets new ids
+    tables = {
+        "ledger_hour": f"select {columns} from ledger_hour order by device_id, hour_index, workload_key",
+        "device": "select device_id, metrics, first_seen, last_seen from device order by device_id",
+    }
+    written = []
+    for connector in (
+        SyntheticConnector(SyntheticConfig(name="demo", type="synthetic", period_s=300.0)),
+        _CategoricalSynthetic(),
+    ):
+        result = ingest_window(
+            engine, "demo", connector, start, end, clock=lambda: end + dt.timedelta(days=1)
+        )  # type: ignore[arg-type]
+        with engine.connect() as conn:
+            written.append({name: conn.execute(text(sql)).fetchall() for name, sql in tables.items()})
+        assert result.samples_rejected == 0 and result.ledger_rows > 2000
+    assert written[0] == written[1]
+
+
+def test_validation_hands_categorical_columns_on_unchanged() -> None:
+    """Normalization reads the codes only if validation does not cast them back to String."""
+    from service.ledger.validate import validate_samples
+
+    samples = as_categorical(
+        frame([("A", 0, "gpu_util", 5.0, "w", 1.0), ("B", 0, "gpu_util", 500.0, None, 1.0)]), KEYS
+    )
+    checked = validate_samples(samples, ["A", "B"])
+    assert (checked.accepted.height, checked.rejected) == (1, 1)
+    assert all(checked.accepted.schema[c] == pl.Categorical() for c in KEYS)
+    assert checked.accepted.schema["ts_ms"] == pl.Int64 and checked.accepted.schema["share"] == pl.Float64
