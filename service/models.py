@@ -122,6 +122,8 @@ class LedgerHour(LedgerFacts, table=True):
     __table_args__ = (
         UniqueConstraint("device_id", "hour_start", "workload_key", name="uq_ledger_hour_natural_key"),
         Index("ix_ledger_hour_hour_index", "hour_index"),
+        # Keyset pages of HOUR × DEVICE answers stream out of it (migration 0007).
+        Index("ix_ledger_hour_hour_device", "hour_index", "device_id"),
         Index("ix_ledger_hour_source_hour", "source", "hour_index"),
     )
 

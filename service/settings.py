@@ -5,6 +5,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     database_url = "postgresql+psycopg://ledger:secret@db/ledger"   # default sqlite:///gpu-ledger.db
     max_window_days = 400          # largest query window
     page_size_max = 500            # Relay page-size cap
+    aggregate_page_size_max = 50000  # `first` cap of usage, cost, idleWaste, effectiveCost pages
     max_result_rows = 10000        # rows of an aggregate answer without `first` (RESULT_TOO_LARGE)
     export_max_rows = 5000000      # rows of a GET /export/… answer (413 RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
@@ -115,6 +116,7 @@ class Settings(BaseSettings):
     database_url: str = Field(default="sqlite:///gpu-ledger.db", repr=False)
     max_window_days: int = Field(default=400, gt=0)
     page_size_max: int = Field(default=500, gt=0)
+    aggregate_page_size_max: int = Field(default=50000, gt=0)
     max_result_rows: int = Field(default=10000, gt=0)
     # Rows of one GET /export/… answer (service.api.export); the CLI's export has no cap.
     export_max_rows: int = Field(default=5_000_000, gt=0)
@@ -186,6 +188,7 @@ class Settings(BaseSettings):
         return ApiSettings(
             max_window_days=self.max_window_days,
             page_size_max=self.page_size_max,
+            aggregate_page_size_max=self.aggregate_page_size_max,
             max_result_rows=self.max_result_rows,
             idle_threshold_pct=self.idle_threshold_pct,
             gpu_cost_share=self.gpu_cost_share,
@@ -197,6 +200,7 @@ SCALARS = (
     "database_url",
     "max_window_days",
     "page_size_max",
+    "aggregate_page_size_max",
     "max_result_rows",
     "export_max_rows",
     "idle_threshold_pct",

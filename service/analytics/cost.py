@@ -29,9 +29,10 @@ project's row or share.
 
 **Paging and order.** Under ``SEPARATE`` without conversion there is nothing to share or convert:
 each SQL group is one answer row, so SQL orders the answer (period, dimensions NULL first, currency
-with unpriced time as XXX, unallocated), pages it and caps it (``max_result_rows + 1`` rows
-fetched). Otherwise the policy and FX work on the whole answer in Python, rows are sorted there the
-same way (by code point), and a page is cut after it: each page costs the whole answer's SQL and
+with unpriced time as XXX, unallocated), pages it by keyset (a page starts after the last row's
+key) and caps it (``max_result_rows + 1`` rows fetched). Otherwise the policy and FX work on the
+whole answer in Python, rows are sorted there the same way (by code point), and a page is cut after
+it by position (a row's cursor is its index): each page costs the whole answer's SQL and
 Python work; without ``first`` the row cap is checked first by counting the answer's groups in SQL
 (before pools are shared: an upper bound).
 """
@@ -131,7 +132,7 @@ def part_measures(q: LedgerQuery, by_day: bool) -> tuple[Any, list[Any], list[An
 def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOLE) -> list[_Part]:
     """One part per SQL group (per day too when ``by_day``), in the SQL order, ``page`` of them."""
     src, extra, measures = part_measures(q, by_day)
-    stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "")
+    stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "", page=page)
     c = fetch_columns(conn, stmt, page)
     sources = [
         frozenset(s for s in (lo, hi) if s is not None)
@@ -140,7 +141,7 @@ def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOL
     return list(
         map(
             _Part,
-            group_keys(q, c),
+            group_keys(q, c, ["currency", "unallocated"]),
             [cur or NO_CURRENCY for cur in c["currency"]],
             map(bool, c["unallocated"]),
             c["day"] if by_day else [None] * len(sources),
@@ -280,12 +281,14 @@ def cost(
     if account_wide:
         parts = _own(parts, q)
     parts.sort(key=_sort_key)
-    return [_row(p) for p in page.slice(parts)]
+    # Computed whole in Python: a row's cursor is its position in the sorted answer.
+    offset = page.offset
+    return [_row(p, (offset + i,)) for i, p in enumerate(page.slice(parts))]
 
 
-def _row(p: _Part) -> CostRow:
+def _row(p: _Part, position: tuple[int] | None = None) -> CostRow:
     return CostRow(
-        key=p.key,
+        key=p.key if position is None else replace(p.key, order=position),
         currency=p.currency,
         cost=p.cost,
         idle_cost=p.idle_cost,

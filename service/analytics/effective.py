@@ -70,11 +70,11 @@ def effective_cost(
     """Per (group, currency) of the rows ``q.access`` may read: GPU-hours, effective GPU-hours, cost
     (granularity is ignored: TOTAL). Paged in SQL."""
     src, measures, currency = effective_measures(q, metric)
-    c = fetch_columns(conn, grouped_select(src, q, measures, [currency]), page)
+    c = fetch_columns(conn, grouped_select(src, q, measures, [currency], page=page), page)
     return list(
         map(
             EffectiveCostRow,
-            group_keys(q, c),
+            group_keys(q, c, ["currency"]),
             [cur or NO_CURRENCY for cur in c["currency"]],
             floats(c["gpu_hours"]),
             floats(c["effective_gpu_hours"]),

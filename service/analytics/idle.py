@@ -175,9 +175,9 @@ def idle_waste(
     """
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
     src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
-    stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")])
+    stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")], page=page)
     c = fetch_columns(conn, stmt, page)
-    keys = group_keys(q, c)
+    keys = group_keys(q, c, ["currency"])
     streaks: list[int | None]
     if streak:
         longest = _streaks(conn, q, metric, buckets)

@@ -87,7 +87,7 @@ def usage(
     """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL."""
     src = q.source()
     measures = answer_measures(src, metric)
-    c = fetch_columns(conn, grouped_select(src, q, measures), page)
+    c = fetch_columns(conn, grouped_select(src, q, measures, page=page), page)
     labels = metric_labels(metric, c["min_default_metric"], c["max_default_metric"])
     energy = [None if e is None else float(e) for e in c["energy_kwh"]]
     return list(

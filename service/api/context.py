@@ -27,6 +27,9 @@ class ApiSettings:
 
     ``max_window_days``: longest analytic window (``WINDOW_TOO_LARGE`` above it).
     ``page_size_max``: largest ``first`` of a connection or aggregate (``PAGE_SIZE_TOO_LARGE`` above it).
+    ``aggregate_page_size_max``: largest ``first`` of a ledger aggregate (``usage``, ``cost``,
+    ``idleWaste``, ``effectiveCost``): they page by key, so a page costs about its own rows; a page
+    still runs under the request's time limit (``QUERY_TIMEOUT``).
     ``max_result_rows``: most rows of an aggregate answer without ``first`` (``RESULT_TOO_LARGE``).
     ``idle_threshold_pct``: the threshold the ledger's ``idle_s`` columns were built with (ingest's
     ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
@@ -36,6 +39,7 @@ class ApiSettings:
 
     max_window_days: int = 400
     page_size_max: int = 500
+    aggregate_page_size_max: int = 50000
     max_result_rows: int = 10000
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
     gpu_cost_share: Decimal = Decimal(1)

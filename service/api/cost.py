@@ -16,9 +16,9 @@ from service.api.context import ApiContext
 from service.api.types import (
     AFTER,
     FILTER,
-    FIRST,
     GRANULARITY,
     GROUP_BY,
+    LEDGER_FIRST,
     METRIC,
     METRIC_DESCRIPTION,
     WINDOW,
@@ -27,9 +27,9 @@ from service.api.types import (
     LedgerBucket,
     Money,
     TimeWindow,
-    aggregate_page,
-    bucket_fields,
+    bucket_objects,
     gql_float,
+    ledger_page,
     ledger_query,
     metric_key,
 )
@@ -75,17 +75,18 @@ class CostRow(LedgerBucket):
     unallocated: bool = strawberry.field(description="True for the unallocated pool's own row(s).")
 
     @classmethod
-    def of(cls, r: cost_q.CostRow, cursor: str) -> CostRow:
-        return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
-            cost=Money.of(r.cost, r.currency),
-            idle_cost=Money.of(r.idle_cost, r.currency),
-            shared_idle_cost=Money.of(r.shared_idle_cost, r.currency),
-            gpu_hours=gql_float(r.gpu_hours),
-            unpriced_gpu_hours=gql_float(r.unpriced_gpu_hours),
-            rate_source=r.rate_source,
-            unallocated=r.unallocated,
-        )
+    def page(cls, rows: Sequence[cost_q.CostRow], cursors: Sequence[str]) -> list[CostRow]:
+        """The rows of a page, ``cursors[i]`` the cursor of ``rows[i]`` (built column by column)."""
+        fields: dict[str, Sequence[object]] = {
+            "cost": [Money.of(r.cost, r.currency) for r in rows],
+            "idle_cost": [Money.of(r.idle_cost, r.currency) for r in rows],
+            "shared_idle_cost": [Money.of(r.shared_idle_cost, r.currency) for r in rows],
+            "gpu_hours": [gql_float(r.gpu_hours) for r in rows],
+            "unpriced_gpu_hours": [gql_float(r.unpriced_gpu_hours) for r in rows],
+            "rate_source": [r.rate_source for r in rows],
+            "unallocated": [r.unallocated for r in rows],
+        }
+        return bucket_objects(cls, [r.key for r in rows], cursors, fields)
 
 
 @strawberry.type(description="Cost per GPU-hour and per effective GPU-hour of one group, in one currency.")
@@ -102,16 +103,21 @@ class EffectiveCostRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: effective_q.EffectiveCostRow, cursor: str) -> EffectiveCostRow:
-        return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
-            gpu_hours=gql_float(r.gpu_hours),
-            effective_gpu_hours=gql_float(r.effective_gpu_hours),
-            cost=Money.of(r.cost, r.currency),
-            cost_per_gpu_hour=Money.maybe(r.cost_per_gpu_hour, r.currency),
-            cost_per_effective_gpu_hour=Money.maybe(r.cost_per_effective_gpu_hour, r.currency),
-            metric=r.metric.upper(),
-        )
+    def page(
+        cls, rows: Sequence[effective_q.EffectiveCostRow], cursors: Sequence[str]
+    ) -> list[EffectiveCostRow]:
+        """The rows of a page, ``cursors[i]`` the cursor of ``rows[i]`` (built column by column)."""
+        fields: dict[str, Sequence[object]] = {
+            "gpu_hours": [gql_float(r.gpu_hours) for r in rows],
+            "effective_gpu_hours": [gql_float(r.effective_gpu_hours) for r in rows],
+            "cost": [Money.of(r.cost, r.currency) for r in rows],
+            "cost_per_gpu_hour": [Money.maybe(r.cost_per_gpu_hour, r.currency) for r in rows],
+            "cost_per_effective_gpu_hour": [
+                Money.maybe(r.cost_per_effective_gpu_hour, r.currency) for r in rows
+            ],
+            "metric": [r.metric.upper() for r in rows],
+        }
+        return bucket_objects(cls, [r.key for r in rows], cursors, fields)
 
 
 @strawberry.type
@@ -140,15 +146,15 @@ class CostQuery:
                 "(MISSING_FX_RATE names a missing pair and day; UNKNOWN_CURRENCY for unknown codes)."
             ),
         ] = None,
-        first: FIRST = None,
+        first: LEDGER_FIRST = None,
         after: AFTER = None,
     ) -> list[CostRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
-        page = aggregate_page(ctx.settings, "cost", first, after)
         policy = dims.IdlePolicy[idle_policy.name]  # names are the values
+        page = ledger_page(ctx.settings, "cost", q, first, after, policy, currency)
         rows = await ctx.read(lambda conn: cost_q.cost(conn, q, policy, currency, page=page))
-        return [CostRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
+        return CostRow.page(rows, page.key_cursors(r.key.order for r in rows))
 
     @strawberry.field(
         description="Cost per GPU-hour and per effective GPU-hour over the window, split per currency."
@@ -163,11 +169,11 @@ class CostQuery:
         ),
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
-        first: FIRST = None,
+        first: LEDGER_FIRST = None,
         after: AFTER = None,
     ) -> list[EffectiveCostRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, Granularity.TOTAL, group_by, filter, access=ctx.access)
-        page = aggregate_page(ctx.settings, "effectiveCost", first, after)
+        page = ledger_page(ctx.settings, "effectiveCost", q, first, after, metric)
         rows = await ctx.read(lambda conn: effective_q.effective_cost(conn, q, metric_key(metric), page=page))
-        return [EffectiveCostRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
+        return EffectiveCostRow.page(rows, page.key_cursors(r.key.order for r in rows))

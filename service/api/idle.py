@@ -14,9 +14,9 @@ from service.api.context import ApiContext
 from service.api.types import (
     AFTER,
     FILTER,
-    FIRST,
     GRANULARITY,
     GROUP_BY,
+    LEDGER_FIRST,
     METRIC,
     METRIC_DESCRIPTION,
     WINDOW,
@@ -25,9 +25,9 @@ from service.api.types import (
     LedgerBucket,
     Money,
     TimeWindow,
-    aggregate_page,
-    bucket_fields,
+    bucket_objects,
     gql_float,
+    ledger_page,
     ledger_query,
     metric_key,
 )
@@ -55,20 +55,23 @@ class IdleWasteRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: analytics.IdleRow, threshold_pct: float, cursor: str) -> IdleWasteRow:
-        return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
-            idle_gpu_hours=gql_float(r.idle_gpu_hours),
-            idle_cost=Money.of(r.idle_cost, r.currency),
-            allocated_idle_gpu_hours=gql_float(r.allocated_idle_gpu_hours),
-            allocated_idle_cost=Money.of(r.allocated_idle_cost, r.currency),
-            unallocated_idle_gpu_hours=gql_float(r.unallocated_idle_gpu_hours),
-            unallocated_idle_cost=Money.of(r.unallocated_idle_cost, r.currency),
+    def page(
+        cls, rows: Sequence[analytics.IdleRow], threshold_pct: float, cursors: Sequence[str]
+    ) -> list[IdleWasteRow]:
+        """The rows of a page at ``threshold_pct``, ``cursors[i]`` the cursor of ``rows[i]``."""
+        fields: dict[str, Sequence[object]] = {
+            "idle_gpu_hours": [gql_float(r.idle_gpu_hours) for r in rows],
+            "idle_cost": [Money.of(r.idle_cost, r.currency) for r in rows],
+            "allocated_idle_gpu_hours": [gql_float(r.allocated_idle_gpu_hours) for r in rows],
+            "allocated_idle_cost": [Money.of(r.allocated_idle_cost, r.currency) for r in rows],
+            "unallocated_idle_gpu_hours": [gql_float(r.unallocated_idle_gpu_hours) for r in rows],
+            "unallocated_idle_cost": [Money.of(r.unallocated_idle_cost, r.currency) for r in rows],
             # None: not selected, so never read (see IdleQuery.idle_waste).
-            longest_idle_streak_hours=r.longest_idle_streak_hours or 0,
-            threshold_pct=threshold_pct,
-            metric=r.metric.upper(),
-        )
+            "longest_idle_streak_hours": [r.longest_idle_streak_hours or 0 for r in rows],
+            "threshold_pct": [threshold_pct] * len(rows),
+            "metric": [r.metric.upper() for r in rows],
+        }
+        return bucket_objects(cls, [r.key for r in rows], cursors, fields)
 
 
 def selects(selections: Sequence[Selection], name: str) -> bool:
@@ -102,12 +105,12 @@ class IdleQuery:
                 "per ledger hour, rounded half-even to 1e-9 after summing."
             ),
         ] = 5.0,
-        first: FIRST = None,
+        first: LEDGER_FIRST = None,
         after: AFTER = None,
     ) -> list[IdleWasteRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
-        page = aggregate_page(ctx.settings, "idleWaste", first, after)
+        page = ledger_page(ctx.settings, "idleWaste", q, first, after, metric, threshold_pct)
         ledger_pct = ctx.settings.idle_threshold_pct
         streak = selects(info.selected_fields, "longestIdleStreakHours")
         rows = await ctx.read(
@@ -121,5 +124,4 @@ class IdleQuery:
                 streak=streak,
             )
         )
-        cursors = page.cursors(len(rows))
-        return [IdleWasteRow.of(r, threshold_pct, c) for r, c in zip(rows, cursors, strict=True)]
+        return IdleWasteRow.page(rows, threshold_pct, page.key_cursors(r.key.order for r in rows))

@@ -13,9 +13,9 @@ from service.api.context import ApiContext
 from service.api.types import (
     AFTER,
     FILTER,
-    FIRST,
     GRANULARITY,
     GROUP_BY,
+    LEDGER_FIRST,
     METRIC,
     METRIC_DESCRIPTION,
     WINDOW,
@@ -23,9 +23,9 @@ from service.api.types import (
     Granularity,
     LedgerBucket,
     TimeWindow,
-    aggregate_page,
-    bucket_fields,
+    bucket_objects,
     gql_float,
+    ledger_page,
     ledger_query,
     metric_key,
 )
@@ -52,17 +52,18 @@ class UsageRow(LedgerBucket):
     metric: str = strawberry.field(description=METRIC_DESCRIPTION)
 
     @classmethod
-    def of(cls, r: analytics.UsageRow, cursor: str) -> UsageRow:
-        return cls(
-            **bucket_fields(r.key, cursor),  # type: ignore[arg-type]  # its keys are the dimensions' names
-            gpu_hours=gql_float(r.gpu_hours),
-            effective_gpu_hours=gql_float(r.effective_gpu_hours),
-            utilization_pct=gql_float(r.utilization_pct),
-            idle_gpu_hours=gql_float(r.idle_gpu_hours),
-            energy_kwh=gql_float(r.energy_kwh),
-            coverage_pct=gql_float(r.coverage_pct),
-            metric=r.metric.upper(),
-        )
+    def page(cls, rows: Sequence[analytics.UsageRow], cursors: Sequence[str]) -> list[UsageRow]:
+        """The rows of a page, ``cursors[i]`` the cursor of ``rows[i]`` (built column by column)."""
+        fields: dict[str, Sequence[object]] = {
+            "gpu_hours": [gql_float(r.gpu_hours) for r in rows],
+            "effective_gpu_hours": [gql_float(r.effective_gpu_hours) for r in rows],
+            "utilization_pct": [gql_float(r.utilization_pct) for r in rows],
+            "idle_gpu_hours": [gql_float(r.idle_gpu_hours) for r in rows],
+            "energy_kwh": [gql_float(r.energy_kwh) for r in rows],
+            "coverage_pct": [gql_float(r.coverage_pct) for r in rows],
+            "metric": [r.metric.upper() for r in rows],
+        }
+        return bucket_objects(cls, [r.key for r in rows], cursors, fields)
 
 
 @strawberry.type
@@ -76,11 +77,11 @@ class UsageQuery:
         group_by: Annotated[Sequence[Dimension], strawberry.argument(description=GROUP_BY)] = (),
         filter: FILTER = None,  # noqa: A002
         metric: METRIC = None,
-        first: FIRST = None,
+        first: LEDGER_FIRST = None,
         after: AFTER = None,
     ) -> list[UsageRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
-        page = aggregate_page(ctx.settings, "usage", first, after)
+        page = ledger_page(ctx.settings, "usage", q, first, after, metric)
         rows = await ctx.read(lambda conn: analytics.usage(conn, q, metric_key(metric), page=page))
-        return [UsageRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]
+        return UsageRow.page(rows, page.key_cursors(r.key.order for r in rows))

@@ -31,7 +31,7 @@ def capped(engine: Engine, put) -> Iterator[Gql]:  # type: ignore[no-untyped-def
         ]
         + [row(h, f"GPU-free-{h}", cost="1", idle_cost="1") for h in range(2)]
     )
-    for base in serve(engine, page_size_max=5, max_result_rows=7):
+    for base in serve(engine, page_size_max=5, aggregate_page_size_max=5, max_result_rows=7):
         yield client(base)
 
 
