@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from fractions import Fraction
-from types import SimpleNamespace
 from typing import Any, Literal
 
 import polars as pl
@@ -192,10 +190,19 @@ def test_graphql_device() -> None:
 
 
 def test_unmonitored_pseudo_device_takes_the_billed_attributes() -> None:
-    bill = SimpleNamespace(provider="aws", account="1", region="r", instance_type="p5", gpu_model="H100")
-    hour = SimpleNamespace(source="cur", currency="USD")
-    row = rates._unmonitored_row("i-1", bill, 0, Fraction(1), 0, hour, "billing:x")  # type: ignore[arg-type]
-    described = set(row) & set(names(DEVICE))
+    resources = pl.DataFrame(
+        {"resource": ["i-1"], "provider": ["aws"], "account": ["1"], "region": ["r"],
+         "instance_type": ["p5"], "gpu_model": ["H100"]}
+    )  # fmt: skip
+    unmonitored = pl.DataFrame(
+        {"resource": ["i-1"], "h": [0], "cost": [0], "gap": [0], "currency": ["USD"],
+         "source": ["cur"], "rate_source": ["billing:x"]},
+        schema_overrides={"h": pl.Int64, "cost": pl.Int128, "gap": pl.Int128},
+    )  # fmt: skip
+    empty = pl.DataFrame()
+    priced = rates._Priced(updates=empty, unmonitored=unmonitored, rates=empty, scale=1, resources=1)
+    row = rates._unmonitored_rows(priced, resources)
+    described = set(row.columns) & set(names(DEVICE))
     # device_id is made from the resource, gpu_fraction is 1: the rest comes from the bill
     assert described - {"device_id", "gpu_fraction"} == set(rates.BILLED_DEVICE_ATTRIBUTES)
     assert set(rates.BILLED_DEVICE_ATTRIBUTES) <= set(_columns(Device))
