@@ -19,7 +19,7 @@ from sqlmodel import Session
 from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
 from service.dbtypes import table_of
-from service.ledger import store
+from service.ledger import partitions, store
 from service.ledger import version as ledger_version
 from service.ledger.invariants import check_rows
 from service.ledger.normalize import Window, normalize
@@ -93,6 +93,9 @@ def ingest_window(
             if on_chunk is not None:
                 on_chunk(chunk_start, chunk_end)
             chunk_start = chunk_end
+        if run.counts.ledger_rows >= partitions.ANALYZE_AFTER_ROWS:  # a backfill: fresh statistics
+            with engine.begin() as conn:
+                partitions.analyze_parent(conn)
         if after_ingest is not None and run.counts.accepted:
             after_ingest(engine, start, end)
         status = ConnectorStatus.OK if run.counts.accepted else ConnectorStatus.MISSING_DATA

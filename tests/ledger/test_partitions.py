@@ -261,3 +261,39 @@ def test_prune_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(_hours(engine)) == 8
     finally:
         engine.dispose()
+
+
+def _parent_statistics(engine: Engine) -> int:
+    """Planner statistics rows of the partitioned parent itself (autovacuum never makes them)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM pg_statistic WHERE starelid = 'ledger_hour'::regclass")
+            ).scalar_one()
+        )
+
+
+@pytest.mark.postgres
+def test_a_backfill_analyzes_the_partitioned_parent(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate(pg)
+    engine = make_engine(pg)
+    try:
+        march = dt.datetime(2025, 3, 10, tzinfo=UTC)
+        # a run below the threshold (a scheduler's few minutes) leaves statistics to the operator
+        ingest_window(engine, "z", _OneReading(march, 120), march, march + dt.timedelta(hours=2))  # type: ignore[arg-type]
+        assert _parent_statistics(engine) == 0
+        # a run writing at least ANALYZE_AFTER_ROWS rows (here 2: the two hours) refreshes them
+        monkeypatch.setattr(partitions, "ANALYZE_AFTER_ROWS", 2)
+        ingest_window(engine, "z", _OneReading(march, 120), march, march + dt.timedelta(hours=2))  # type: ignore[arg-type]
+        assert _parent_statistics(engine) > 0
+    finally:
+        engine.dispose()
+
+
+def test_analyze_is_a_no_op_on_sqlite(tmp_path: Any) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'l.db'}")
+    try:
+        with engine.begin() as conn:
+            assert partitions.analyze_parent(conn) is False
+    finally:
+        engine.dispose()
