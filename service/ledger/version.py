@@ -14,6 +14,8 @@ commit, and — since nothing is locked after it — two writers can never deadl
 from __future__ import annotations
 
 from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session
 
 from service.dbtypes import table_of
@@ -28,8 +30,18 @@ CURRENT_SQL = "SELECT version FROM ledger_version WHERE id = 1"
 def bump(conn: Connection) -> None:
     """Raise the version by one inside ``conn``'s transaction (committed or rolled back with it).
 
-    The row is created by migration 0005; a schema made by ``create_all`` (some tests) has none
-    yet, and the first bump inserts it."""
+    The row is created by migration 0005; a schema made by ``create_all`` or emptied (some tests)
+    has none, and the first bump inserts it — as one ``INSERT … ON CONFLICT DO UPDATE``, so two
+    writers bumping a missing row at once queue on it instead of one failing on the key."""
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = pg_insert(_TABLE) if dialect == "postgresql" else sqlite_insert(_TABLE)
+        conn.execute(
+            insert.values(id=_ROW_ID, version=1).on_conflict_do_update(
+                index_elements=[_TABLE.c.id], set_={"version": _TABLE.c.version + 1}
+            )
+        )
+        return
     changed = conn.execute(
         update(_TABLE).where(_TABLE.c.id == _ROW_ID).values(version=_TABLE.c.version + 1)
     ).rowcount
