@@ -43,7 +43,7 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from graphql_latency import HOUR_S, free_port, ledger_rows, load  # noqa: E402
+from graphql_latency import HOUR_S, free_port, ledger_rows, load, wait_ready  # noqa: E402
 
 from service.analytics import columnar, usage  # noqa: E402
 from service.analytics.access import ALL  # noqa: E402
@@ -80,12 +80,7 @@ def start_server(url: str) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(base + "/readyz", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    wait_ready(base)
     return server, base
 
 

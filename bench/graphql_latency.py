@@ -188,13 +188,18 @@ def start_server(url: str, device_level: bool) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
+    wait_ready(base)
+    return server, base + "/graphql"
+
+
+def wait_ready(base: str) -> None:
+    """Until ``base``'s /readyz answers (at most ~60 s; the first request then says what is wrong)."""
     for _ in range(600):
         try:
             urllib.request.urlopen(base + "/readyz", timeout=1)
-            break
+            return
         except OSError:
             time.sleep(0.1)
-    return server, base + "/graphql"
 
 
 def window_of(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
