@@ -1,17 +1,19 @@
 """Issue 13's comparison: the same questions to Prometheus and to GPU Ledger, on the same data.
 
     .venv/bin/python bench/vs_prometheus.py --gpus 200 --days 30 [--step 60] [--repeat 5]
-        [--workdir DIR] [--tree CHECKOUT] [--ingest-only] [--admin-url URL]
+        [--workdir DIR] [--tree CHECKOUT] [--ingest-only] [--admin-url URL] [--database NAME]
 
 1. Generates ``DCGM_FI_DEV_GPU_UTIL`` for ``--gpus`` × ``--days`` at ``--step`` s with
    bench/gen_dcgm_om.py (data from 2024-10-01T00:00Z) and backfills it with ``promtool tsdb
    create-blocks-from openmetrics --max-block-duration=240h``; both are kept in ``--workdir``
    (default ``/tmp/vs_prometheus-GxDxS``) and reused by the next run of the same size.
 2. Starts ``prometheus`` on a free port (retention 10y, an empty config).
-3. Creates a throwaway PostgreSQL database (dropped at the end) and ingests the same data through
-   the ``prometheus`` connector with ``gpu-ledger ingest`` (the real path, a separate process; its
-   wall time, start-up included, gives samples/s). ``--tree`` runs the ingest from another
-   checkout (``git worktree add /tmp/wt-old <commit>``) with this venv: before/after.
+3. Creates a throwaway PostgreSQL database (dropped at the end; ``--database NAME``: that database,
+   kept, and ingested into only while it holds no ledger rows — for profiling) and ingests the
+   same data through the ``prometheus`` connector with ``gpu-ledger ingest`` (the real path, a
+   separate process; its wall time, start-up included, gives samples/s). ``--tree`` runs the
+   ingest from another checkout (``git worktree add /tmp/wt-old <commit>``) with this venv:
+   before/after.
 4. Starts ``gpu-ledger serve`` on that database (its connector disabled) and checks that the
    answers agree:
    * mean utilization per GPU over the window: ``usage(groupBy:[DEVICE]) { utilizationPct }`` =
@@ -235,6 +237,22 @@ def ingest(tree: Path, config: Path, start: dt.datetime, end: dt.datetime) -> tu
     return seconds, done.stdout.strip().splitlines()[-1]
 
 
+def _ledger_rows(database_url: str) -> int:
+    """Ledger rows already in a kept database (0 before its first ingest)."""
+    from sqlalchemy import text
+
+    from service.db import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT to_regclass('ledger_hour')")).scalar() is None:
+                return 0
+            return int(conn.execute(text("SELECT count(*) FROM ledger_hour")).scalar() or 0)
+    finally:
+        engine.dispose()
+
+
 def timed(fn: Callable[[], object]) -> float:
     t = time.perf_counter()
     fn()
@@ -349,6 +367,7 @@ def main() -> None:  # noqa: PLR0915
     parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose gpu-ledger ingests")
     parser.add_argument("--ingest-only", action="store_true", help="stop after the ingest")
     parser.add_argument("--admin-url", default=ADMIN_URL)
+    parser.add_argument("--database", help="keep this database (ingest only while it is empty)")
     parser.add_argument(
         "--answer-cache",
         action="store_true",
@@ -372,16 +391,21 @@ def main() -> None:  # noqa: PLR0915
 
     data = backfill(workdir, args.gpus, args.days, args.step)
     prometheus, prom_url = start_prometheus(workdir, data)
-    database = f"gpu_ledger_vsprom_{uuid.uuid4().hex[:8]}"
+    database = args.database or f"gpu_ledger_vsprom_{uuid.uuid4().hex[:8]}"
     admin = make_engine(args.admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{database}"'))
+        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}).first()
+        if not exists:
+            conn.execute(text(f'CREATE DATABASE "{database}"'))
     database_url = args.admin_url.rsplit("/", 1)[0] + f"/{database}"
     server = None
     try:
         config = ledger_config(workdir / "ingest.toml", database_url, prom_url, args.step, enabled=True)
-        seconds, line = ingest(args.tree, config, start, end)
-        print(f"ingest ({args.tree}): {seconds:.1f} s, {samples / seconds:,.0f} samples/s — {line}")
+        if exists and _ledger_rows(database_url):
+            print(f"ingest: reusing database {database}")
+        else:
+            seconds, line = ingest(args.tree, config, start, end)
+            print(f"ingest ({args.tree}): {seconds:.1f} s, {samples / seconds:,.0f} samples/s — {line}")
         if args.ingest_only:
             return
         port = free_port()
@@ -446,8 +470,9 @@ def main() -> None:  # noqa: PLR0915
             server.wait(30)
         prometheus.terminate()
         prometheus.wait(30)
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        if args.database is None:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin.dispose()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Column, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
@@ -537,3 +537,15 @@ class LedgerRetention(SQLModel, table=True):
 
     id: int = Field(default=1, primary_key=True, sa_column_kwargs={"autoincrement": False})
     hours_before: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+
+
+class LedgerHourSegment(SQLModel, table=True):
+    """One UTC day of ``ledger_hour`` as an Arrow IPC file (service/ledger/segments.py): its rows
+    sorted by (hour, device, workload) with the columns device-level usage answers read; rebuilt
+    with the day's other rollups in the transaction that rewrote any of its hours."""
+
+    __tablename__ = "ledger_hour_segment"
+
+    day_index: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    hour_rows: int = Field(description="ledger_hour rows of the day: the file's rows")
+    arrow: bytes = Field(sa_type=LargeBinary, nullable=False)

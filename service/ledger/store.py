@@ -20,7 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from connectors.base import DeviceInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD, names
 from service.dbtypes import table_of
-from service.ledger import bulk, partitions, retention, rollups
+from service.ledger import bulk, partitions, retention, rollups, segments
 from service.models import Device, LedgerDay, LedgerHour
 from service.money import from_nanos
 from service.timeutil import from_ms, hour_start
@@ -150,6 +150,7 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
     names = [c.name for c in query.selected_columns]
     conn.execute(insert(day).from_select(names, query))
     rollups.rebuild(conn, first_day, last_day)
+    segments.rebuild(conn, first_day, last_day)
 
 
 def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo], seen: pl.DataFrame) -> None:

@@ -1,0 +1,191 @@
+"""Per-day columnar segments of ``ledger_hour`` (``ledger_hour_segment``): what device-level usage
+answers read instead of grouping the hours in SQL.
+
+A segment is one UTC day of ``ledger_hour`` rows as an Arrow IPC file (LZ4 per column), sorted by
+(``hour_index``, ``device_id``, ``workload_key``) in the database's own order, with only the
+columns a usage answer reads: the keys, every dimension (filters and access scopes apply to
+rows), whether the time was unallocated, the default metric, energy, and each time measure
+already multiplied by the MIG fraction (:data:`GPU_SECONDS`) by the very SQL expression the
+grouped query sums (``CAST(x * gpu_fraction AS FLOAT)``), so a device-hour held by one workload
+reads back the same double the database would have summed.
+
+Segments are rebuilt whole for every day a writer rewrites, in its transaction
+(:func:`service.ledger.store.rebuild_days` calls :func:`rebuild`): like ``ledger_day`` and the
+group rollups they never disagree with the hours they copy. :func:`coverage` double-checks that
+before any read: a day's segment must hold as many rows as ``ledger_group_day`` says the day has
+(a database migrated before segments existed, or a writer that bypassed ``rebuild_days``, reads
+the hours in SQL instead). Days whose hours were pruned (``gpu-ledger prune``) are left out, as
+the pruned hours are.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import polars as pl
+from sqlalchemy import Connection, Float, Integer, case, cast, delete, func, insert, select
+
+from connectors.sdk.shapes import DIMENSIONS
+from service.dbtypes import table_of
+from service.ledger import retention
+from service.ledger.rollups import hour_days
+from service.metrics_catalog import UTIL_METRICS
+from service.models import LedgerGroupDay, LedgerHour, LedgerHourSegment
+from service.timeutil import HOUR_S
+
+SEGMENT = table_of(LedgerHourSegment)
+HOUR = table_of(LedgerHour)
+GROUP_DAY = table_of(LedgerGroupDay)
+
+HOURS_PER_DAY = 24
+#: The time measures, each stored as ``gpu_<name>`` = seconds × gpu_fraction (GPU-seconds).
+TIME_MEASURES: tuple[str, ...] = (
+    "present_s",
+    "observed_s",
+    "busy_s",
+    "idle_s",
+    *[f"{p}_s_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")],
+)
+GPU_SECONDS: tuple[str, ...] = tuple(f"gpu_{name}" for name in TIME_MEASURES)
+#: Dimension columns besides ``device_id`` (``user_name`` for USER …).
+DIMENSION_COLUMNS: tuple[str, ...] = tuple(d.column for d in DIMENSIONS if d.column != "device_id")
+SCHEMA: dict[str, pl.DataType] = {
+    "hour_index": pl.Int64(),
+    "device_id": pl.String(),
+    "unallocated": pl.Boolean(),
+    **{name: pl.String() for name in DIMENSION_COLUMNS},
+    "default_metric": pl.String(),
+    **{name: pl.Float64() for name in GPU_SECONDS},
+    "energy_j": pl.Float64(),
+}
+#: Compression of a segment's columns: LZ4 decodes several times faster than zstd for about the
+#: same size here (dimension columns are runs of a few values).
+COMPRESSION: Literal["lz4"] = "lz4"
+
+
+def _rows_select(first_day: int, last_day: int) -> Any:
+    h = HOUR
+    return (
+        select(
+            h.c.hour_index,
+            h.c.device_id,
+            case((h.c.workload_key == "", 1), else_=0).label("unallocated"),
+            *[h.c[name] for name in DIMENSION_COLUMNS],
+            h.c.default_metric,
+            # the grouped query's own term (service.analytics.window.hours): the same double
+            *[
+                cast(h.c[n] * h.c.gpu_fraction, Float).label(g)
+                for n, g in zip(TIME_MEASURES, GPU_SECONDS, strict=True)
+            ],
+            h.c.energy_j,
+        )
+        .where(*hour_days(first_day, last_day))
+        .order_by(h.c.hour_index, h.c.device_id, h.c.workload_key)
+    )
+
+
+def _read_rows(conn: Connection, first_day: int, last_day: int) -> pl.DataFrame:
+    """The days' ledger rows as a frame of :data:`SCHEMA`, in segment order."""
+    stmt = _rows_select(first_day, last_day)
+    read_schema = {**SCHEMA, "unallocated": pl.Int8()}
+    if conn.dialect.name == "postgresql":
+        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        processors: Any = compiled._bind_processors  # as SQLAlchemy's execute binds them
+        params = {
+            k: processors[k](v) if k in processors else v
+            for k, v in compiled.construct_params(escape_names=False).items()
+        }
+        # Floats printed shortest-exact (PostgreSQL ≥ 12) parse back bit for bit.
+        conn.exec_driver_sql("SET LOCAL extra_float_digits = 3")
+        data = bytearray()
+        raw: Any = conn.connection.dbapi_connection
+        copy_sql = f"COPY ({compiled.string}) TO STDOUT WITH (FORMAT csv)"
+        with raw.cursor() as cursor, cursor.copy(copy_sql, params) as copy:
+            for block in copy:
+                data += block
+        frame = (
+            pl.read_csv(bytes(data), has_header=False, schema=read_schema)
+            if data
+            else pl.DataFrame(schema=read_schema)
+        )
+    else:
+        rows = conn.execute(stmt).all()
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(read_schema)
+        frame = pl.DataFrame(
+            [
+                pl.Series(name, values, dtype=dtype, strict=False)
+                for (name, dtype), values in zip(read_schema.items(), columns, strict=True)
+            ]
+        )
+    return frame.with_columns(pl.col("unallocated").cast(pl.Boolean))
+
+
+def encode(frame: pl.DataFrame) -> bytes:
+    sink = io.BytesIO()
+    frame.write_ipc(sink, compression=COMPRESSION)
+    return sink.getvalue()
+
+
+def decode(data: bytes, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    return pl.read_ipc(io.BytesIO(data), columns=list(columns) if columns is not None else None)
+
+
+def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
+    """Recompute the segments of days ``[first_day, last_day]`` from ``ledger_hour`` (a day
+    without hours has none)."""
+    conn.execute(delete(SEGMENT).where(SEGMENT.c.day_index >= first_day, SEGMENT.c.day_index <= last_day))
+    rows = _read_rows(conn, first_day, last_day)
+    if rows.height == 0:
+        return
+    days = rows.with_columns((pl.col("hour_index") // HOURS_PER_DAY).alias("_day"))
+    values = [
+        {"day_index": int(day[0]), "hour_rows": part.height, "arrow": encode(part.drop("_day"))}
+        for day, part in days.partition_by("_day", as_dict=True, maintain_order=True).items()
+    ]
+    conn.execute(insert(SEGMENT), values)
+
+
+def _pruned_day(conn: Connection) -> int | None:
+    """First day whose hours are kept, where ``gpu-ledger prune`` dropped earlier ones."""
+    before = retention.pruned_before(conn)
+    return None if before is None else int(before.timestamp()) // (HOURS_PER_DAY * HOUR_S)
+
+
+def coverage(conn: Connection, first_day: int, last_day: int) -> dict[int, int] | None:
+    """``{day: rows}`` of the segments of days ``[first_day, last_day]`` whose hours are kept, or
+    None unless every such day with ledger rows has its segment, of as many rows
+    (``ledger_group_day.hour_rows``)."""
+    kept = _pruned_day(conn)
+    lo = first_day if kept is None else max(first_day, kept)
+    if lo > last_day:
+        return {}
+    segments = dict(
+        conn.execute(
+            select(SEGMENT.c.day_index, SEGMENT.c.hour_rows).where(
+                SEGMENT.c.day_index >= lo, SEGMENT.c.day_index <= last_day
+            )
+        ).all()
+    )
+    g = GROUP_DAY
+    counted = conn.execute(
+        select(g.c.day_index, cast(func.sum(g.c.hour_rows), Integer))
+        .where(g.c.day_index >= lo, g.c.day_index <= last_day)
+        .group_by(g.c.day_index)
+    ).all()
+    ledger = {int(day): int(n) for day, n in counted if n}
+    return segments if ledger == {int(d): int(n) for d, n in segments.items()} else None
+
+
+def load(conn: Connection, days: Sequence[int], columns: Sequence[str]) -> Iterator[pl.DataFrame]:
+    """The segments of ``days`` (each has one), in day order, with ``columns`` only."""
+    if not days:
+        return
+    stmt = (
+        select(SEGMENT.c.day_index, SEGMENT.c.arrow)
+        .where(SEGMENT.c.day_index.in_(sorted(days)))
+        .order_by(SEGMENT.c.day_index)
+    )
+    for _day, data in conn.execute(stmt):
+        yield decode(bytes(data), columns)
