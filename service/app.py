@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.agent_source import bound_connectors
+from service.api.graphiql import graphiql_assets
 from service.auth.authenticate import Authenticator, build_authenticator
 from service.auth.middleware import AuthMiddleware
 from service.db import current_revision, head_revision, make_engine
@@ -195,7 +196,7 @@ def create_app(
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
         export_route(engine, settings),  # GET /export/{question}.{format}: service.api.export
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=[*routes, graphiql_assets()], lifespan=lifespan)  # GraphiQL's vendored files
     authenticator = authenticator or build_authenticator(settings.auth, engine)
     # Added before the metrics middleware, so it runs inside it: refusals are counted too.
     app.add_middleware(AuthMiddleware, authenticator=authenticator, self_checking=frozenset({PUSH_ROUTE}))

@@ -1,12 +1,13 @@
 """The ASGI middleware that makes every request name its caller.
 
 Every path except ``/healthz`` and ``/readyz`` needs a caller (:class:`Authenticator`); the caller
-is stored at ``scope[PRINCIPAL_KEY]``. Refusals:
+is stored at ``scope[PRINCIPAL_KEY]``. Open too, as they hold no data: a browser's GET of the
+GraphiQL page on ``/graphql`` and its files (:mod:`service.api.graphiql`). Refusals:
 
 * 401 ``UNAUTHENTICATED`` (with ``WWW-Authenticate: Bearer``): no, malformed, unknown, revoked or
   expired credential; a JWT that fails its checks.
-* 403 ``FORBIDDEN``: a caller without the scope the path needs (``/graphql``, GraphiQL included:
-  some read scope; ``/metrics``: ``metrics`` or ``admin``), or a JWT whose claim maps to no scope.
+* 403 ``FORBIDDEN``: a caller without the scope the path needs (``/graphql``: some read scope;
+  ``/metrics``: ``metrics`` or ``admin``), or a JWT whose claim maps to no scope.
 * 503 ``AUTH_UNAVAILABLE``: the token table or the issuer's keys can't be read right now.
 
 On ``/graphql`` the body is GraphQL-shaped (``{"data": null, "errors": [{"message", "extensions":
@@ -27,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.graphiql import is_graphiql_asset, is_graphiql_page
 from service.auth.audit import audit
 from service.auth.authenticate import FORBIDDEN, Authenticator, AuthFailure
 from service.auth.principal import PRINCIPAL_KEY, Principal
@@ -85,6 +87,10 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        if is_graphiql_asset(scope["path"]) or (scope["path"] == GRAPHQL_PATH and is_graphiql_page(scope)):
+            # GraphiQL's page and files: code without data (its queries come back through here)
             await self.app(scope, receive, send)
             return
         path = scope["path"]

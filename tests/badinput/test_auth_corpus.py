@@ -135,7 +135,8 @@ CASES: list[tuple[str, str, Header, int, str, str]] = [
      "this needs a read scope"),
     ("read-token-on-metrics", "/metrics", lambda w: "Bearer " + w.tokens["reader"], 403, "FORBIDDEN",
      "this needs the metrics scope"),
-    ("no-header-on-graphiql", "/graphql?GET", lambda w: None, 401, "UNAUTHENTICATED", "missing bearer token"),
+    ("no-header-on-a-browser-get-query", "/graphql?GET", lambda w: None, 401, "UNAUTHENTICATED",
+     "missing bearer token"),
     ("10-kB-header", "/graphql", lambda w: "Bearer " + "x" * 10_240, 401, "UNAUTHENTICATED",
      "Authorization header longer than 8192 bytes"),
     ("jwt-alg-none", "/graphql", alg_none, 401, "UNAUTHENTICATED",
@@ -166,7 +167,9 @@ def test_refused(world: World, path: str, header: Header, status: int, code: str
     value = header(world)
     headers = {"Authorization": value} if value is not None else {}
     if path == "/graphql?GET":
-        r = httpx.get(f"{world.base}/graphql", headers={"Accept": "text/html", **headers}, timeout=10)
+        # A GET query from a browser (the GraphiQL page itself is open: service.api.graphiql).
+        params, html = {"query": "{ __typename }"}, {"Accept": "text/html", **headers}
+        r = httpx.get(f"{world.base}/graphql", params=params, headers=html, timeout=10)
     elif path == "/graphql":
         r = httpx.post(f"{world.base}/graphql", json=QUERY, headers=headers, timeout=10)
     else:
