@@ -13,7 +13,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, or_, select
 
 from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
@@ -34,6 +34,21 @@ DEVICE_FILTER_COLUMNS = (
     "instance_type",
     "source",
 )
+
+#: Columns a ``search`` text is looked for in (case-insensitive substring): what a person types to
+#: find a GPU — part of its id, its host, instance, site, account, type, model or connector.
+SEARCH_COLUMNS = (
+    "device_id",
+    "node",
+    "instance_id",
+    "cluster",
+    "region",
+    "account",
+    "instance_type",
+    "gpu_model",
+    "source",
+)
+SEARCH_MAX_CHARS = 200
 
 
 def encode_cursor(device_id: str) -> str:
@@ -65,8 +80,10 @@ def devices_page(
     first: int,
     after: str | None,
     page_size_max: int,
+    search: str | None = None,
 ) -> DevicePage:
-    """Up to ``first`` devices ``access`` may see after the cursor, ordered by device_id.
+    """Up to ``first`` devices ``access`` may see after the cursor, ordered by device_id; with
+    ``search``, only those with it in one of :data:`SEARCH_COLUMNS` (``%`` and ``_`` are literal).
 
     ``first`` above ``page_size_max`` is an error rather than silently clamped: a client that asked
     for 1,000 and got 500 without being told would under-count.
@@ -77,6 +94,12 @@ def devices_page(
         raise PageSizeTooLarge(f"first={first} is above the page size limit of {page_size_max}")
     table = table_of(Device)
     terms = [table.c[k].in_(list(v)) for k, v in filters.items() if v]
+    if search:
+        if len(search) > SEARCH_MAX_CHARS:
+            raise InvalidArgument(f"search is {len(search)} characters long; at most {SEARCH_MAX_CHARS}")
+        # lower() on both sides: LIKE is case-sensitive on PostgreSQL, not on SQLite.
+        needle = search.lower()
+        terms.append(or_(*(func.lower(table.c[c]).contains(needle, autoescape=True) for c in SEARCH_COLUMNS)))
     if not access.everything:
         held = select(DAY_TABLE.c.device_id).where(*access_conditions(DAY_TABLE, access)).distinct()
         terms.append(table.c.device_id.in_(held))

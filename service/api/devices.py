@@ -133,6 +133,14 @@ class DeviceQuery:
         after: Annotated[
             str | None, strawberry.argument(description="endCursor of the previous page.")
         ] = None,
+        search: Annotated[
+            str | None,
+            strawberry.argument(
+                description="Only devices whose id, node, instance id, cluster, region, account, instance "
+                "type, GPU model or connector contains this text (case-insensitive, at most 200 "
+                "characters; blank = any)."
+            ),
+        ] = None,
     ) -> DeviceConnection:
         ctx = info.context
         filters = {k: v for k, v in vars(filter).items() if v} if filter is not None else {}
@@ -144,6 +152,7 @@ class DeviceQuery:
                 first=first,
                 after=after,
                 page_size_max=ctx.settings.page_size_max,
+                search=search.strip() if search else None,
             )
         )
         edges = [
