@@ -13,7 +13,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, or_, select
+from sqlalchemy import ColumnElement, Connection, func, or_, select
 
 from service.analytics.access import Access
 from service.analytics.errors import InvalidArgument, PageSizeTooLarge
@@ -93,7 +93,7 @@ def devices_page(
     if first > page_size_max:
         raise PageSizeTooLarge(f"first={first} is above the page size limit of {page_size_max}")
     table = table_of(Device)
-    terms = [table.c[k].in_(list(v)) for k, v in filters.items() if v]
+    terms: list[ColumnElement[bool]] = [table.c[k].in_(list(v)) for k, v in filters.items() if v]
     if search:
         if len(search) > SEARCH_MAX_CHARS:
             raise InvalidArgument(f"search is {len(search)} characters long; at most {SEARCH_MAX_CHARS}")
