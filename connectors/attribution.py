@@ -24,13 +24,16 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from typing import TYPE_CHECKING, Any
 
 from connectors.cgroups import ContainerRef, parse_cgroup
 from connectors.docker_api import ContainerDetails, DockerEngine
 from connectors.sdk import WorkloadInfo
+
+if TYPE_CHECKING:
+    from connectors.attribution_config import MappingRule
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +54,9 @@ _SET_KEYS = ("project", "team", "user")
 _REF = re.compile(r"\$(?:(\$)|(\d+)|\{([^}]*)\})")
 
 
-class MappingRule(BaseModel):
-    """One ``[[attribution.rules]]`` table: when every given match key matches, set fields.
+@dataclass(frozen=True)
+class Rule:
+    """One attribution rule: when every given match key matches, set fields.
 
     Match keys (regular expressions, full match; a key whose fact is unknown — no container name
     for a bare process, a missing label — does not match): ``container_name`` (the Kubernetes
@@ -68,25 +72,27 @@ class MappingRule(BaseModel):
 
     Rules are tried in order; per field, the first matching rule that sets it wins. Labels named
     in ``DEFAULT_LABEL_KEYS`` come before any rule.
-    """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Built from a validated table: ``connectors.attribution_config.MappingRule`` (pydantic) for the
+    service, the node agent's own key checks (``service.agent.config``) in the agent, which loads
+    no pydantic. A bad regex or reference raises ``ValueError`` naming the key.
+    """
 
     container_name: str | None = None
     image: str | None = None
     namespace: str | None = None
     pod: str | None = None
-    label: dict[str, str] = {}
+    label: Mapping[str, str] = field(default_factory=dict)
     unix_user: str | None = None
     command: str | None = None
     project: str | None = None
     team: str | None = None
     user: str | None = None
+    _patterns: list[tuple[str, re.Pattern[str]]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
-    _patterns: list[tuple[str, re.Pattern[str]]] = PrivateAttr(default_factory=list)
-
-    @model_validator(mode="after")
-    def _compile(self) -> MappingRule:
+    def __post_init__(self) -> None:
         sources = [(k, getattr(self, k)) for k in _MATCH_KEYS[:4]]
         sources += [(f"label:{k}", v) for k, v in self.label.items()]
         sources += [(k, getattr(self, k)) for k in _MATCH_KEYS[4:]]
@@ -110,7 +116,6 @@ class MappingRule(BaseModel):
                     raise ValueError(f"{key}: ${inner} but the rule's regexes have {groups} group(s)")
                 if not inner.isdigit() and inner not in names:
                     raise ValueError(f"{key}: no group named {inner!r}")
-        return self
 
     def match(self, facts: Mapping[str, str | None]) -> tuple[list[str | None], dict[str, str]] | None:
         """The numbered and named groups when every match key matches ``facts``, else None."""
@@ -153,6 +158,14 @@ class MappingRule(BaseModel):
         return None if missing or not value else value
 
 
+def __getattr__(name: str) -> Any:
+    if name == "MappingRule":  # pydantic's front of `Rule`, loaded only by who validates with it
+        from connectors.attribution_config import MappingRule
+
+        return MappingRule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class ProcessAttributor:
     """Maps a GPU process's PID to its workload (module docstring: key formats).
 
@@ -166,7 +179,7 @@ class ProcessAttributor:
 
     def __init__(
         self,
-        rules: Sequence[MappingRule] = (),
+        rules: Sequence[Rule | MappingRule] = (),
         *,
         proc_root: Path = Path("/proc"),
         docker: DockerEngine | None = None,

@@ -19,28 +19,28 @@ import contextlib
 import dataclasses
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pynvml
-from pydantic import Field
 
 from connectors.nvml_gpm import GPM_METRICS, GpmReader, gpm_supported
 from connectors.nvml_procs import UNALLOCATED, Attributor, ShareTracker, default_attributor
 from connectors.sdk import (
     SAMPLE_COLUMNS,
     ConfigurationError,
-    ConnectorConfig,
     DeviceInfo,
     Metric,
     RetriableError,
     SampleBatch,
     WorkloadInfo,
 )
+
+if TYPE_CHECKING:
+    from connectors.nvml_config import NvmlConfig
 
 log = logging.getLogger(__name__)
 
@@ -69,26 +69,40 @@ def _memory(nvml: Any, handle: Any, version: int | None) -> tuple[float, float]:
     return float(mem.used), float(mem.total)
 
 
-class NvmlConfig(ConnectorConfig):
-    """``type = "nvml"``: the GPUs of the node the agent runs on.
+class NvmlOptions(Protocol):
+    """What the sampler reads of its config: ``NvmlConfig`` (``connectors.nvml_config``) or the
+    node agent's pydantic-free twin of it."""
 
-    ``period_s``: seconds between samples. ``process_util_every_s``: seconds between per-process
-    SM-utilization reads (~2.5 ms per GPU per call on an H200), which split a time-sliced GPU
-    among workloads. ``energy_every_s``: seconds between energy-counter reads (~4 ms per GPU per
-    call on an H200, measured: the rest of a sample costs ~0.1 ms); a counter loses nothing when
-    read less often (DESIGN §3.6 spreads each delta over its span). 0 means every sample.
-    ``node``, ``environment``, ``region``, ``cluster`` label every device.
-    """
+    @property
+    def process_util_every_s(self) -> float: ...
+    @property
+    def energy_every_s(self) -> float: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def environment(self) -> Literal["onprem", "aws", "gcp", "azure"]: ...
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def cluster(self) -> str | None: ...
 
-    name: str = "nvml"
-    type: str = "nvml"
-    period_s: float = Field(5.0, gt=0)
-    process_util_every_s: float = Field(10.0, ge=0)
-    energy_every_s: float = Field(10.0, ge=0)
-    node: str = Field(default_factory=socket.gethostname)
-    environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"
-    region: str | None = None
-    cluster: str | None = None
+
+class _ConfigModel:
+    """``NvmlSampler.config_model``, imported on first access: the model is pydantic's, which the
+    registry and the service use, and the node agent never loads."""
+
+    def __get__(self, obj: object, owner: type | None = None) -> type[NvmlConfig]:
+        from connectors.nvml_config import NvmlConfig
+
+        return NvmlConfig
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NvmlConfig":  # ``from connectors.nvml import NvmlConfig`` still works
+        from connectors.nvml_config import NvmlConfig
+
+        return NvmlConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(eq=False)
@@ -120,11 +134,11 @@ class NvmlSampler:
     ``RetriableError``; once started, NVML errors never raise (see the module docstring).
     """
 
-    config_model: ClassVar[type[NvmlConfig]] = NvmlConfig
+    config_model = _ConfigModel()
 
     def __init__(
         self,
-        config: NvmlConfig,
+        config: NvmlOptions,
         *,
         nvml: Any = pynvml,
         attributor: Attributor | None = None,

@@ -10,9 +10,9 @@ The service depends on it; it depends on no service module (tests/test_import_di
 - ``config``: ``ConnectorConfig``; ``errors``: ``ConnectorStatus`` and the error classes;
 - ``units``: metric keys and their units; ``currencies``: ISO 4217 codes; ``timeutil``: UTC helpers.
 
-Polars-backed names (``SAMPLE_SCHEMA`` and the whole billing half) are loaded on first use
-(PEP 562), so the node agent, which imports the metrics half and must stay small, never loads
-Polars.
+Polars-backed names (``SAMPLE_SCHEMA`` and the whole billing half) and the pydantic-backed
+``ConnectorConfig`` are loaded on first use (PEP 562), so the node agent, which imports the
+metrics half and must stay small, never loads Polars or pydantic.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from connectors.sdk.config import ConnectorConfig
 from connectors.sdk.currencies import BILLING_CURRENCIES
 from connectors.sdk.errors import (
     ConfigurationError,
@@ -66,11 +65,13 @@ if TYPE_CHECKING:  # the lazy names below, typed for mypy and editors
         empty_lines,
         merge_findings,
     )
+    from connectors.sdk.config import ConnectorConfig
     from connectors.sdk.metrics import SAMPLE_SCHEMA
 
-#: Names whose module imports Polars: resolved on first access.
+#: Names whose module imports Polars (or pydantic: ``ConnectorConfig``): resolved on first access.
 _LAZY: dict[str, str] = {
     "SAMPLE_SCHEMA": "connectors.sdk.metrics",
+    "ConnectorConfig": "connectors.sdk.config",
     **dict.fromkeys(
         (
             "BILLING_SCHEMA",

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from connectors.sdk.config import ConnectorConfig
-
 if TYPE_CHECKING:
     import polars as pl
+
+    from connectors.sdk.config import ConnectorConfig  # pydantic: the node agent never loads it
 
 #: Columns of ``SampleBatch.samples``:
 #: ``device_id``; ``ts_ms`` reading time, ms since the Unix epoch (UTC); ``metric`` a

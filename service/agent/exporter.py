@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from connectors.base import DeviceInfo, SampleBatch, WorkloadInfo
+from connectors.sdk.metrics import DeviceInfo, SampleBatch, WorkloadInfo
 
 MIB = 1024 * 1024
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -26,7 +26,7 @@ _URL_PASSWORD = re.compile(r"(\w[\w+.-]*://[^:/@\s]+:)([^@\s]+)(@)")
 
 
 def _masked(key: str, value: Any) -> Any:
-    if type(value).__name__ in ("SecretStr", "SecretBytes") or (
+    if type(value).__name__ in ("Secret", "SecretStr", "SecretBytes") or (
         _SECRET_NAME.search(key) and value not in (None, "")
     ):
         return MASK

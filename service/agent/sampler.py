@@ -11,13 +11,14 @@ import importlib
 import inspect
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import ValidationError
-
 from connectors.attribution import ProcessAttributor
-from connectors.base import DeviceInfo, SampleBatch
 from connectors.docker_api import DockerEngine
-from connectors.registry import validation_problems
+from connectors.sdk.metrics import DeviceInfo, SampleBatch
 from service.agent.config import AgentSettings
+from service.agent.keys import check_table, describe
+from service.agent.nvml_options import NVML_KEYS, NvmlSettings
+
+NVML = "connectors.nvml:NvmlSampler"
 
 
 @runtime_checkable
@@ -40,29 +41,49 @@ class Sampler(Protocol):
 def load_sampler(settings: AgentSettings) -> Sampler:
     """The sampler ``settings.source`` names: ``"nvml"`` or ``"module:Class"``.
 
-    The class is built as ``cls(config)`` where ``config`` is its ``config_model`` (when it has
-    one) validated from ``name``, ``period_s`` and ``[agent.source_options]``, else those options
-    as a dict. NVML is not touched here: ``NvmlSampler`` starts it on first use.
+    The class is built as ``cls(config)`` where ``config`` is, for NVML, ``NvmlSettings`` checked
+    by the agent itself (no pydantic in the agent: ``service.agent.nvml_options``); for another
+    class, its ``config_model`` (when it has one) validated from ``name``, ``period_s`` and
+    ``[agent.source_options]``, else those options as a dict. NVML is not touched here:
+    ``NvmlSampler`` starts it on first use.
     """
-    spec = "connectors.nvml:NvmlSampler" if settings.source == "nvml" else settings.source
+    spec = NVML if settings.source == "nvml" else settings.source
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise ValueError(f'source "{settings.source}": expected "nvml" or "module:Class"')
     cls: Any = getattr(importlib.import_module(module_name), class_name)
-    model = getattr(cls, "config_model", None)
     options: dict[str, Any] = {"name": settings.name, "type": settings.source.split(":")[0]}
-    if model is not None and "period_s" in model.model_fields:
+    config: Any
+    if spec == NVML:
         options["period_s"] = settings.period_s  # one period for the loop and the sampler
-    options.update(settings.source_options)
-    try:
-        config = model.model_validate(options) if model is not None else options
-    except ValidationError as exc:
-        details = "; ".join(f'key "{k}": {m}' for k, m in validation_problems(exc))
-        raise ValueError(f"[agent.source_options] for {spec}: {details}") from None
+        options.update(settings.source_options)
+        values, problems = check_table(options, NVML_KEYS)
+        if problems:
+            raise ValueError(f"[agent.source_options] for {spec}: {describe(problems)}")
+        config = NvmlSettings(**values)
+    else:
+        config = _validated(cls, spec, options, settings)
     sampler = cls(config, attributor=attributor(settings)) if _takes_attributor(cls) else cls(config)
     if not isinstance(sampler, Sampler):
         raise TypeError(f"{spec} is not a Sampler (needs devices() and sample())")
     return sampler
+
+
+def _validated(cls: Any, spec: str, options: dict[str, Any], settings: AgentSettings) -> Any:
+    """Another sampler's options through its pydantic ``config_model`` (imported only then)."""
+    model = getattr(cls, "config_model", None)
+    if model is None:
+        return options | settings.source_options
+    from pydantic import ValidationError
+
+    from connectors.registry import validation_problems
+
+    if "period_s" in model.model_fields:
+        options["period_s"] = settings.period_s  # one period for the loop and the sampler
+    try:
+        return model.model_validate(options | settings.source_options)
+    except ValidationError as exc:
+        raise ValueError(f"[agent.source_options] for {spec}: {describe(validation_problems(exc))}") from None
 
 
 def _takes_attributor(cls: Any) -> bool:

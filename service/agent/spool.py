@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from connectors.base import SAMPLE_COLUMNS, SampleBatch
+from connectors.sdk.metrics import SAMPLE_COLUMNS, SampleBatch
 
 SEQ_FILE = "NEXT_SEQ"
 COLUMNS = SAMPLE_COLUMNS

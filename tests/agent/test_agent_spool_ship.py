@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -172,25 +173,23 @@ def test_nvml_sampler_is_the_default_and_built_lazily(tmp_path: Path) -> None:
     assert type(sampler).__name__ == "NvmlSampler"
     assert (sampler.config.period_s, sampler.config.cluster, sampler.config.node) == (2, "c1", "n17")  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match='source_options.*key "clustr": unknown key'):
-        load_sampler(settings.model_copy(update={"source_options": {"clustr": "c1"}}))
+        load_sampler(dataclasses.replace(settings, source_options={"clustr": "c1"}))
 
 
 def test_the_nvml_sampler_gets_the_configured_attribution(tmp_path: Path) -> None:
-    from connectors.attribution import MappingRule, ProcessAttributor
+    from connectors.attribution import ProcessAttributor, Rule
     from service.agent.sampler import load_sampler
 
     settings = AgentSettings(
         service_url="http://svc", token="t", name="node-a", spool_dir=tmp_path,
-        attribution_rules=[MappingRule(namespace="team-(.*)", team="$1")],
+        attribution_rules=[{"namespace": "team-(.*)", "team": "$1"}],
         docker_socket=tmp_path / "docker.sock", proc_root=tmp_path / "proc",
     )  # fmt: skip
     sampler = load_sampler(settings)
     attributor = sampler.attributor  # type: ignore[attr-defined]
     assert isinstance(attributor, ProcessAttributor)
-    assert [r.model_dump(exclude_defaults=True) for r in attributor.rules] == [
-        {"namespace": "team-(.*)", "team": "$1"}
-    ]
+    assert attributor.rules == [Rule(namespace="team-(.*)", team="$1")]
     assert attributor.proc_root == tmp_path / "proc"
     assert attributor.docker is not None and attributor.docker.socket == tmp_path / "docker.sock"
-    no_docker = load_sampler(settings.model_copy(update={"docker_socket": None}))
+    no_docker = load_sampler(dataclasses.replace(settings, docker_socket=None))
     assert no_docker.attributor.docker is None  # type: ignore[attr-defined]
