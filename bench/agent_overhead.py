@@ -76,11 +76,22 @@ class Service(BaseHTTPRequestHandler):
     """Stands in for ``POST /api/v1/batches``: checks the token, reads the body, answers 200."""
 
     received: list[int] = []
+    # What the batches held (samples per metric, devices, workloads): proof that the sampler's
+    # readings — NVML's on a GPU — reached the wire, not just that something was posted.
+    metrics: dict[str, int] = {}
+    devices: set[str] = set()
+    workloads: set[str] = set()
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        ok = self.headers.get("Authorization") == f"Bearer {TOKEN}" and bool(json.loads(body))
+        batch = json.loads(body)
+        ok = self.headers.get("Authorization") == f"Bearer {TOKEN}" and bool(batch)
         Service.received.append(len(body))
+        samples = batch.get("samples", {}) if isinstance(batch, dict) else {}
+        for metric in samples.get("metric", []):
+            Service.metrics[metric] = Service.metrics.get(metric, 0) + 1
+        Service.devices.update(samples.get("device_id", []))
+        Service.workloads.update(samples.get("workload_key", []))
         answer = json.dumps({"stored": True} if ok else {"error": "bad"}).encode()
         self.send_response(200 if ok else 400)
         self.send_header("Content-Type", "application/json")
@@ -215,6 +226,9 @@ def main() -> int:
             "vmrss_mb": round(status_kb(agent.pid, "VmRSS") * 1024 / 1e6, 1),
             "vmrss_after_start_mb": round(rss_up_kb * 1024 / 1e6, 1),
             "batches_shipped": len(Service.received),
+            "samples_shipped_by_metric": dict(sorted(Service.metrics.items())),
+            "devices_shipped": sorted(Service.devices),
+            "workloads_shipped": sorted(Service.workloads),
             "rss_by_mapping_mb": {n: round(kb * 1024 / 1e6, 1) for n, kb in rss_by_mapping(agent.pid)},
         }
     finally:
