@@ -1,7 +1,7 @@
 """OpenMetrics of ``DCGM_FI_DEV_GPU_UTIL`` for N GPUs over D days at P-second steps (sorted per series).
 
-Copied from ``../shared/perf/gen_dcgm_om.py`` (the generator issue 13's Prometheus comparison was
-measured with) so that this repository stands alone; the values, labels and layout are that
+A copy of the generator issue 13's Prometheus comparison was measured with, kept here so that
+this repository stands alone; the values, labels and layout are that
 script's, byte for byte: a deterministic mix of busy, idle and launch-bound GPUs, labels ``gpu``,
 ``UUID``, ``Hostname``, ``modelName``, data from 2024-10-01T00:00:00Z.
 

@@ -31,7 +31,7 @@
    ``cursor``) and as ``GET /export/usage.arrow`` vs ``query_range`` of ``avg_over_time[1h]``;
    (c) ``idleWaste(groupBy:[DEVICE])`` vs the ``count_over_time`` subquery. Every client time
    includes reading and decoding the answer (JSON, or Arrow IPC with Polars). The Prometheus
-   queries are ``../shared/perf/prom_anchor.py``'s three, for a window of ``--days``. The ledger's
+   queries are those three (issue 13's anchor queries), for a window of ``--days``. The ledger's
    first call of each question (during the checks, before the service can have cached that
    answer) is printed beside its median. Serve's answer cache is turned off (``[answer_cache]
    max_b = 0``) unless ``--answer-cache``: a repeat of the same question would time the cache.

@@ -36,7 +36,7 @@ billing period is read:
   ``period_end``, ``assembly_id``: the assembly/execution id) so the ingestor replaces the
   period's lines as a whole and a newer assembly supersedes the old one.
 
-**Mapping** (``docs: FORMATS.md §5.1``, ``notes/billing.md``). Every row is kept; nothing is
+**Mapping** (docs/formats.md §5.1, docs/billing.md). Every row is kept; nothing is
 skipped. ``billed_cost`` = ``line_item_unblended_cost`` on every row, so Σ billed = the cash on the
 invoice. ``effective_cost`` (amortized):
 

@@ -7,7 +7,7 @@ Source, one of:
 * ``blob_container_url`` (+ ``blob_prefix``): the storage container the export writes to, read
   through ``azure-storage-blob`` (see *Azure Blob Storage* below).
 
-Header variants (FORMATS.md §5.3), matched case-insensitively so MCA camelCase
+Header variants (docs/formats.md §5.3), matched case-insensitively so MCA camelCase
 (``costInBillingCurrency``, ``date``, ``resourceId``…) reads like EA PascalCase: EA/MCA
 ``CostInBillingCurrency``, pay-as-you-go ``PreTaxCost``/``Cost``; ``Date`` / ``UsageDate`` /
 ``UsageDateTime``; ``Quantity`` / ``UsageQuantity``; ``BillingCurrencyCode`` / ``BillingCurrency``

@@ -1,9 +1,9 @@
 """``azure_monitor``: AKS GPU rows from Log Analytics (Container insights) and VM GPU metrics.
 
-**AKS, Log Analytics ``InsightsMetrics``** (FORMATS.md §4.1), read with azure-monitor-query's
+**AKS, Log Analytics ``InsightsMetrics``** (docs/formats.md §4.1), read with azure-monitor-query's
 ``LogsQueryClient.query_workspace`` (KQL), rows with ``Namespace == "container.azm.ms/gpu"``,
 collected every 60 s and binned in the query to ``period_s`` so the rows of one collection share
-one timestamp. Per DESIGN §3.1 and :mod:`connectors.cloud` a row stands for ``[t, t + period)``.
+one timestamp. Per docs/design.md §3.1 and :mod:`connectors.cloud` a row stands for ``[t, t + period)``.
 (``containerGpuDutyCycle`` strictly describes the 60 s *before* collection; it is kept at the
 collection stamp so that duty cycle, requests and capacity of one collection share one time and
 one slot assignment, at the cost of being up to one period early.)

@@ -1,7 +1,7 @@
 """``azure_prometheus``: dcgm-exporter metrics from an Azure Monitor workspace (managed Prometheus).
 
 Microsoft's current advice for AKS GPU telemetry is dcgm-exporter scraped into an Azure Monitor
-workspace (FORMATS.md §4.2), whose query endpoint
+workspace (docs/formats.md §4.2), whose query endpoint
 (``https://<workspace>.<region>.prometheus.monitor.azure.com``) speaks the Prometheus HTTP API.
 This is the ``prometheus`` connector (query grid, field mapping, MIG and pod rules, retries) with
 Azure AD auth: every request carries ``Authorization: Bearer <token>`` for ``token_scope``

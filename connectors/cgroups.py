@@ -1,6 +1,6 @@
 """Which container a process runs in, read from its ``/proc/PID/cgroup`` (pure parsing, no I/O).
 
-Path shapes understood (cgroup v1 or v2, cgroupfs or systemd driver; DESIGN §2):
+Path shapes understood (cgroup v1 or v2, cgroupfs or systemd driver; docs/design.md §2):
 
 * Docker: ``/docker/<64hex>`` (cgroupfs) and ``…/docker-<64hex>.scope`` (systemd, also rootless
   Docker under ``/user.slice/…``).

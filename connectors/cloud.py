@@ -5,7 +5,7 @@
   ``SAMPLE_SCHEMA`` with :func:`to_samples`, columnar.
 * **Period aggregates.** A cloud datapoint is already an aggregate over its period (CloudWatch
   ``Period=60`` Average, Cloud Monitoring ``ALIGN_MEAN`` over 60 s, a Log Analytics 1-minute row):
-  DESIGN §3.1 says it stands for ``[t, t + period)`` where ``t`` is the period's *start*. So its
+  docs/design.md §3.1 says it stands for ``[t, t + period)`` where ``t`` is the period's *start*. So its
   :func:`aggregate_sampling` has ``max_gap = period`` (not 2 × period as for a gauge), and a
   connector whose source stamps the period's *end* (Cloud Monitoring) moves the stamp back by one
   period before it hands the reading over.
@@ -13,7 +13,7 @@
   presence gap, the period.
 * **Errors with the operator's next step** (:func:`auth_error`, :func:`permission_error`).
 
-Device ids join billing (DESIGN §4, FORMATS.md §7): ``DeviceInfo.instance_id`` is the id the
+Device ids join billing (docs/design.md §4, docs/formats.md §7): ``DeviceInfo.instance_id`` is the id the
 bill's resource column carries — the EC2 instance id, the GCE numeric instance id, the Azure
 resource id in lower case.
 """

@@ -8,7 +8,7 @@ subset; moto lists a set once per datapoint batch, so sets are deduplicated) and
 collection interval, ``SampleCount``; ``ScanBy=TimestampAscending``, at most 500 queries a call,
 following ``NextToken``).
 
-**Mapping** (FORMATS.md §2; the agent publishes no CloudWatch unit):
+**Mapping** (docs/formats.md §2; the agent publishes no CloudWatch unit):
 
 * ``nvidia_smi_utilization_gpu`` (% of time a kernel ran) → ``gpu_util``.
 * ``nvidia_smi_memory_used`` / ``_total`` (MB as nvidia-smi prints it, which is MiB) → bytes × 2²⁰.
@@ -43,7 +43,7 @@ Insights (add-on ``v6.0.1-eksbuild.1`` and later) publishes no ``node_gpu_*`` se
 it with :mod:`connectors.cloudwatch_promql`.
 
 **Periods and the ledger.** A datapoint of period ``P`` is an average over ``[t, t + P)``
-(DESIGN §3.1). CloudWatch keeps 1-minute data 15 days, 5-minute data 63 days and 1-hour data 455
+(docs/design.md §3.1). CloudWatch keeps 1-minute data 15 days, 5-minute data 63 days and 1-hour data 455
 days, so windows older than 15 / 63 days are asked for at ``lcm(period_s, 300)`` /
 ``lcm(period_s, 3600)`` (and sub-minute ``period_s`` beyond 3 h at ``lcm(period_s, 60)``); data
 older than 455 days does not exist and yields nothing. The connector's ``sampling`` is one object,

@@ -1,6 +1,6 @@
 """dcgm-exporter series → GPU Ledger samples: the mapping shared by ``prometheus`` and ``dcgm_scrape``.
 
-FORMATS.md §1 has the exporter's fields, units and labels. Each rule below was checked against
+docs/formats.md §1 has the exporter's fields, units and labels. Each rule below was checked against
 dcgm-exporter's own source (github.com/NVIDIA/dcgm-exporter at d5e5f51, "Rename Hostname label to
 hostname (#655)", and its Helm chart ``deployment/``) and the exporter issues named. What this
 module decides:

@@ -7,7 +7,7 @@ FOCUS view over the detailed billing export all produce this layout; one file ma
 providers. One :class:`~connectors.billing.BillingBatch` per chunk of about ``chunk_rows``
 records (default 20,000) of a file; see **Streaming** below.
 
-Mapping decisions (FORMATS.md §5.4; the why of each):
+Mapping decisions (docs/formats.md §5.4; the why of each):
 
 * **Version** is told by the columns present — 1.1 added CapacityReservationId … SkuPriceDetails,
   1.2 added BillingAccountType … PricingCurrency*; any one of a version's added columns makes the

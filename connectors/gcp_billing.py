@@ -17,7 +17,7 @@ Sources (exactly one):
   re-exported rows. Its rows are mapped to the same nested records as a JSONL export, so both
   paths share every normalization below.
 
-Mapping decisions (FORMATS.md §5.2, DESIGN.md §4):
+Mapping decisions (docs/formats.md §5.2, docs/design.md §4):
 
 * Money: JSON numbers are read as their own text (``json.loads(parse_float=str)``), CSV cells are
   text, and both become ``Decimal(38, 9)`` without a binary float. Parquet stores IEEE doubles:

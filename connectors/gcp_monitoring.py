@@ -1,6 +1,6 @@
 """``gcp_monitoring``: GPU metrics from Google Cloud Monitoring (``MetricService.ListTimeSeries``).
 
-Sources (FORMATS.md §3), grouped in *families* the config can pick:
+Sources (docs/formats.md §3), grouped in *families* the config can pick:
 
 * ``ops_agent``: Ops Agent ``agent.googleapis.com/gpu/utilization`` (0–100 % → ``gpu_util``) and
   ``gpu/memory/bytes_used`` (``memory_state`` = used → ``mem_used_b``; used + free at one time →

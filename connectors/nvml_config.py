@@ -22,7 +22,7 @@ class NvmlConfig(ConnectorConfig):
     SM-utilization reads (~2.5 ms per GPU per call on an H200), which split a time-sliced GPU
     among workloads. ``energy_every_s``: seconds between energy-counter reads (~4 ms per GPU per
     call on an H200, measured: the rest of a sample costs ~0.1 ms); a counter loses nothing when
-    read less often (DESIGN §3.6 spreads each delta over its span). 0 means every sample.
+    read less often (docs/design.md §3.6 spreads each delta over its span). 0 means every sample.
     ``node``, ``environment``, ``region``, ``cluster`` label every device.
     """
 

@@ -1,6 +1,6 @@
 """GPM (GPU Performance Monitoring, Hopper and later) readings through pynvml.
 
-GPM reports a metric over the interval between two samples (DESIGN §2: measured on the H200), so
+GPM reports a metric over the interval between two samples (docs/design.md §2: measured on the H200), so
 a reader keeps the previous call's sample and its first ``read()`` has nothing to report.
 """
 

@@ -1,4 +1,4 @@
-"""Who occupies a GPU, and in what shares: NVML processes → workloads (DESIGN §2, §4).
+"""Who occupies a GPU, and in what shares: NVML processes → workloads (docs/design.md §2, §4).
 
 Per-process SM utilization (``nvmlDeviceGetProcessUtilization``) returns only the driver's latest
 sample per process, often one of two time-sliced processes, and costs ~2 ms per call on an H200.

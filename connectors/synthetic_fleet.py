@@ -27,7 +27,7 @@ class Gpu:
     model: str
     mem_total_b: int
     idle_w: float  # no process on the device
-    ctx_w: float  # extra draw while a process holds a context (DESIGN §2: 79 W → 120 W on an H200)
+    ctx_w: float  # extra draw while a process holds a context (docs/design.md §2: 79 W → 120 W on an H200)
     tdp_w: float
     temp_c_per_w: float  # die temperature above a 30 °C inlet, per watt
 
@@ -295,7 +295,7 @@ PLACEMENTS: tuple[Placement, ...] = (
         NOTEBOOK,
         mig=2,
     ),
-    # High "GPU util", no SM activity: tiny kernels and host syncs (DESIGN §2).
+    # High "GPU util", no SM activity: tiny kernels and host syncs (docs/design.md §2).
     Placement(
         "dc1-h100",
         (4,),

@@ -23,5 +23,5 @@ DEFAULT_IDLE_THRESHOLD_PCT = 5.0
 
 
 def default_metric(available: set[str] | frozenset[str]) -> Metric:
-    """SM activity where the device has it, else nvidia-smi's GPU util (DESIGN §2)."""
+    """SM activity where the device has it, else nvidia-smi's GPU util (docs/design.md §2)."""
     return Metric.SM_ACTIVE if Metric.SM_ACTIVE in available else Metric.GPU_UTIL

@@ -1,4 +1,4 @@
-"""Storage: SQLModel tables of the ledger, its prices and its ingestion bookkeeping (DESIGN §3–5).
+"""Storage: SQLModel tables of the ledger, its prices and its ingestion bookkeeping (docs/design.md §3–5).
 
 Units are in column names (``_s`` seconds, ``_b`` bytes, ``_j`` joules, ``_w`` watts, ``_c`` °C).
 Money columns are :class:`service.money.Money` (exact decimals) and always sit beside a currency.
@@ -105,7 +105,7 @@ class LedgerFacts(SQLModel):
     mem_used_max_b: float | None = None
     mem_total_b: float | None = None
     temp_max_c: float | None = None
-    # cost (DESIGN §4): cost covers present time; idle_cost is the part spent idle
+    # cost (docs/design.md §4): cost covers present time; idle_cost is the part spent idle
     cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
     idle_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
     energy_cost: Decimal | None = Field(default=None, sa_type=Money, nullable=True)
@@ -116,7 +116,7 @@ class LedgerFacts(SQLModel):
 
 
 class LedgerHour(LedgerFacts, table=True):
-    """One (device, UTC hour, workload): the ledger's unit of account (DESIGN §3.4)."""
+    """One (device, UTC hour, workload): the ledger's unit of account (docs/design.md §3.4)."""
 
     __tablename__ = "ledger_hour"
     __table_args__ = (

@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     # Rows of one GET /export/… answer (service.api.export); the CLI's export has no cap.
     export_max_rows: int = Field(default=5_000_000, gt=0)
     idle_threshold_pct: float = Field(default=5.0, ge=0, le=100)
-    # What part of a cloud instance's bill is charged to its GPUs (DESIGN §4): 1 = all of it.
+    # What part of a cloud instance's bill is charged to its GPUs (docs/design.md §4): 1 = all of it.
     gpu_cost_share: Decimal = Field(default=Decimal(1), gt=0, le=1)
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"

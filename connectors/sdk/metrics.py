@@ -1,7 +1,7 @@
 """The metrics half of the connector contract: what a metrics connector yields and its Protocol.
 
 A metrics connector is one class that turns one source into columnar batches for a window it is
-asked for. It keeps no cursor: the ingestor owns watermarks, idempotency and retries (STYLE.md).
+asked for. It keeps no cursor: the ingestor owns watermarks, idempotency and retries (docs/design.md §7).
 
 Polars is imported only when a frame is needed (``SAMPLE_SCHEMA``, ``SampleBatch.samples``): the
 node agent imports this module too and never needs a frame, and Polars alone is ~36 MB of the
@@ -144,7 +144,7 @@ class SampleBatch:
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """How a metrics source samples, which fixes how the ledger reads it (DESIGN §3.1).
+    """How a metrics source samples, which fixes how the ledger reads it (docs/design.md §3.1).
 
     ``max_gap_s``: a gauge reading stands for at most this long (default 2 × period).
     ``presence_gap_s``: a silence up to this long keeps the device present (unobserved); longer

@@ -1,4 +1,5 @@
-"""The metric keys a sample may carry, their units, and what kind of reading each one is (DESIGN §2)."""
+"""The metric keys a sample may carry, their units, and what kind of reading each one is
+(docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``/metrics`` of the agent, with dcgm-exporter's metric names, units and labels.
 
 Dashboards and alerts written for NVIDIA's dcgm-exporter work unchanged on the latest reading of
-each device (``/work/shared/FORMATS.md`` §1):
+each device (docs/formats.md §1):
 
 =====================================  ===========  =============================
 name                                   unit         from (ledger metric)

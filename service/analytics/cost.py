@@ -11,7 +11,7 @@ Python then works on those few buckets with ``Decimal``:
    an on-prem pool never lands on AWS projects when ENVIRONMENT is grouped. ``SEPARATE`` keeps the
    pool as its own row(s) (workload dimensions null, ``unallocated`` true); ``SHARE_BY_USAGE``
    splits it over the scope's allocated rows in proportion to their cost, ``SHARE_EVENLY`` in
-   equal parts; both with ``allocate`` so Σ rows equals the ungrouped total exactly (DESIGN §4
+   equal parts; both with ``allocate`` so Σ rows equals the ungrouped total exactly (docs/design.md §4
    Conservation). A scope without allocated rows keeps its pool as an unallocated row.
 
 Under the SHARE policies a row's ``idle_cost`` is its own idle cost plus its whole share of the

@@ -61,7 +61,7 @@ class Granularity(Enum):
 
 
 class IdlePolicy(Enum):
-    """What happens to the cost of unallocated device time (DESIGN §4 Attribution)."""
+    """What happens to the cost of unallocated device time (docs/design.md §4 Attribution)."""
 
     SEPARATE = "separate"
     SHARE_BY_USAGE = "share_by_usage"

@@ -1,4 +1,4 @@
-"""Cost per GPU-hour and per *effective* GPU-hour: the buy-or-rent comparison (DESIGN §1, §4)."""
+"""Cost per GPU-hour and per *effective* GPU-hour: the buy-or-rent comparison (docs/design.md §1, §4)."""
 
 from __future__ import annotations
 

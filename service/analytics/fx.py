@@ -1,7 +1,7 @@
 """Currency conversion of aggregated amounts through the operator's ``fx_rate`` table.
 
 ``fx_rate`` row: 1 ``base`` = ``rate`` ``quote`` on ``day``. A pair is found directly or as its
-inverse; a missing rate is an error naming the pair and the day, never a silent 1.0 (DESIGN §4).
+inverse; a missing rate is an error naming the pair and the day, never a silent 1.0 (docs/design.md §4).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The GraphQL API (DESIGN §6): thin strawberry views over :mod:`service.analytics`."""
+"""The GraphQL API (docs/design.md §6): thin strawberry views over :mod:`service.analytics`."""

@@ -1,4 +1,4 @@
-"""``reconciliation`` (billed vs metered, DESIGN §5), ``billingLines`` (a Relay connection over the
+"""``reconciliation`` (billed vs metered, docs/design.md §5), ``billingLines`` (a Relay connection over the
 normalized bill) and ``rates`` (the per-GPU-hour prices the ledger applies)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ReconciliationDimension(Enum):
     DAY = strawberry.enum_value("DAY", description="UTC day (a billing line counts on the day it starts)")
 
 
-@strawberry.enum(description="How billed and metered GPU-hours compare (DESIGN §5).")
+@strawberry.enum(description="How billed and metered GPU-hours compare (docs/design.md §5).")
 class ReconciliationStatus(Enum):
     MATCHED = strawberry.enum_value("MATCHED", description="within tolerancePct of billed")
     UNBILLED_USAGE = strawberry.enum_value(
@@ -210,7 +210,7 @@ class RateFilter:
 class ReconciliationQuery:
     @strawberry.field(
         description="Billed vs metered GPU-hours and bill vs ledger cost per provider, account, resource "
-        "and day (groupBy picks which), with a status per row (DESIGN §5). Account-wide: needs the "
+        "and day (groupBy picks which), with a status per row (docs/design.md §5). Account-wide: needs the "
         "`read` scope, else FORBIDDEN."
     )
     async def reconciliation(

@@ -74,7 +74,7 @@ class Granularity(Enum):
         return dims.Granularity[self.name]  # names are the values
 
 
-@strawberry.enum(description="Utilization metric for effective and idle figures (DESIGN §2).")
+@strawberry.enum(description="Utilization metric for effective and idle figures (docs/design.md §2).")
 class UtilMetric(Enum):
     GPU_UTIL = strawberry.enum_value("gpu_util", description="nvidia-smi GPU util: any kernel running")
     SM_ACTIVE = strawberry.enum_value("sm_active", description="SM activity (GPM / DCGM PROF)")

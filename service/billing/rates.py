@@ -1,4 +1,4 @@
-"""Cloud GPU-hour rates from the bill, and the ledger re-priced with them (DESIGN §4).
+"""Cloud GPU-hour rates from the bill, and the ledger re-priced with them (docs/design.md §4).
 
 :func:`reprice` makes the cost of every cloud GPU resource come from its billing lines:
 
@@ -18,7 +18,7 @@
   The hour's cost is split over the device rows by present GPU-µs and, when ``B > P``, an
   *unmonitored spend* row (device ``<resource_id>/unmonitored``) gets the ``B − P`` part — again
   with the largest-remainder rule, so ``Σ ledger cost of the hour == the hour's bill share``
-  exactly (DESIGN §4 Conservation). The unmonitored row has ``present_s = (B − P) × 3600`` at
+  exactly (docs/design.md §4 Conservation). The unmonitored row has ``present_s = (B − P) × 3600`` at
   ``gpu_fraction`` 1 (so ``gpuHours`` shows the billed-but-unseen GPU-hours), ``observed_s`` 0.
 * **Rates** are stored as ``GpuRate`` rows (``billing``, precedence 10, scoped by instance id), one
   per resource and run of hours with equal rates; a metrics ingest that arrives later prices its

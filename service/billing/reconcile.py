@@ -1,4 +1,4 @@
-"""Reconciliation (DESIGN §5): billed GPU-hours and cost against the metered ledger.
+"""Reconciliation (docs/design.md §5): billed GPU-hours and cost against the metered ledger.
 
 Base rows are (provider, account, resource, day); ``group_by`` keeps any subset of those four and
 sums the rest. Two SQL ``GROUP BY`` queries feed it — billing lines per resource and charge span,
@@ -9,7 +9,7 @@ few resulting buckets.
   any: GCP); billed cost: ``Σ effective_cost`` of *all* its lines × ``gpu_cost_share`` (what
   :func:`service.billing.rates.reprice` spreads over the ledger). A line counts on the UTC day it
   starts.
-* metered GPU-hours: *observed* time of the instance's real devices (DESIGN §3.6); ledger cost:
+* metered GPU-hours: *observed* time of the instance's real devices (docs/design.md §3.6); ledger cost:
   every ledger row of the instance, unmonitored spend included.
 * status of a row: ``NO_BILLING`` (metered, no GPU billing line), ``NO_METRICS`` (billed, nothing
   metered), ``MATCHED`` (``|metered − billed| ≤ tolerance_pct`` % of billed), else
@@ -19,7 +19,7 @@ few resulting buckets.
   Standard_N[CDGV]) are their
   own rows, ``UNKNOWN_INSTANCE_TYPE``; unused commitments (lines without a resource whose charge
   type says unused: Azure ``UnusedReservation``, an unused Savings Plan) are their own rows,
-  ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (DESIGN §4); credits, tax and
+  ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (docs/design.md §4); credits, tax and
   adjustments without a resource are ``ACCOUNT_ADJUSTMENT`` rows, reported, never spread over GPUs.
 """
 
@@ -75,7 +75,7 @@ class Key(Enum):
 
 ALL_KEYS = (Key.PROVIDER, Key.ACCOUNT, Key.RESOURCE, Key.DAY)
 _GPU, _UNKNOWN, _COMMITMENT, _ADJUSTMENT = "gpu", "unknown", "commitment", "adjustment"
-#: Charges of an account rather than a resource (DESIGN §4: reported, never spread over GPUs).
+#: Charges of an account rather than a resource (docs/design.md §4: reported, never spread over GPUs).
 ADJUSTMENT_CATEGORIES = ("Credit", "Tax", "Adjustment")
 #: (provider, account, resource, day) of a reconciliation group; None where not grouped by.
 _GroupKey = tuple[str | None, str | None, str | None, dt.date | None]

@@ -1,6 +1,6 @@
 """Running a metrics connector over a window: collect → validate → normalize → price → write.
 
-The ingestor, not the connector, owns idempotency and progress (STYLE.md): a window is cut into
+The ingestor, not the connector, owns idempotency and progress (docs/design.md §7): a window is cut into
 UTC days, each day is read with one presence gap of context on both sides, its hours are
 replaced in one transaction, and the connector's watermark moves only after the whole window is
 in. A crash resumes from the watermark; a repeated window changes nothing.

@@ -1,6 +1,6 @@
-"""Samples → hourly ledger rows (DESIGN §3), in one columnar pass with Polars.
+"""Samples → hourly ledger rows (docs/design.md §3), in one columnar pass with Polars.
 
-Rules, where a reading could differ (DESIGN §3.6; docs/ledger-semantics.md says why):
+Rules, where a reading could differ (docs/design.md §3.6; docs/ledger-semantics.md says why):
 
 * A gauge reading at ``t`` stands for ``[t, t_next)`` where ``t_next`` is the device's next
   reading *of the same metric*, capped at ``t + max_gap`` and at the device's next reading (any

@@ -1,6 +1,6 @@
 """Writing the ledger: replace a window's hourly rows, rebuild the rollups, upsert devices.
 
-Idempotency is by window (DESIGN §3.5): re-ingesting ``[start, end)`` deletes that window's rows
+Idempotency is by window (docs/design.md §3.5): re-ingesting ``[start, end)`` deletes that window's rows
 of the source and of every device in the batch, then inserts the new rows, in one transaction.
 Every rollup of every day the window touches (``ledger_day`` and the group rollups of
 :mod:`service.ledger.rollups`) is rebuilt from ``ledger_hour`` in SQL in the same transaction, so

@@ -1,4 +1,4 @@
-"""Pricing (DESIGN §4): rate cards, billing-derived rates and the on-prem TCO model applied to
+"""Pricing (docs/design.md §4): rate cards, billing-derived rates and the on-prem TCO model applied to
 ledger rows, and the FX table for reports. The domain only: no GraphQL, no HTTP."""
 
 from service.pricing.apply import PriceBook, price_rows

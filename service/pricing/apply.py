@@ -1,4 +1,4 @@
-"""Pricing ledger rows (DESIGN §4): one vectorized pass of joins and integer arithmetic.
+"""Pricing ledger rows (docs/design.md §4): one vectorized pass of joins and integer arithmetic.
 
 **Which price.** For each row, the ``GpuRate`` rows of its environment whose non-null matchers
 (``instance_id``, ``instance_type``, ``gpu_model``) all equal the row's and whose validity

@@ -1,4 +1,4 @@
-"""FX: the operator-maintained exchange-rate table (DESIGN §4).
+"""FX: the operator-maintained exchange-rate table (docs/design.md §4).
 
 ``1 base = rate quote`` on ``day``. A conversion uses the rate of that exact day: the direct pair,
 else the inverse of the opposite pair. A missing rate raises :class:`MissingFxRate` naming the pair

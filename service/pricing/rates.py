@@ -1,4 +1,4 @@
-"""Rate cards: operator-configured prices per GPU-hour, stored as ``GpuRate`` rows (DESIGN §4).
+"""Rate cards: operator-configured prices per GPU-hour, stored as ``GpuRate`` rows (docs/design.md §4).
 
 ``GpuRate`` holds every per-GPU-hour price the ledger can apply, whatever produced it: rate cards
 (``source_kind="rate_card"``, precedence 20) written here, billing-derived rates

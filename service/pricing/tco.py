@@ -1,4 +1,4 @@
-"""On-prem TCO model (DESIGN §4): what a GPU-hour costs on hardware we own.
+"""On-prem TCO model (docs/design.md §4): what a GPU-hour costs on hardware we own.
 
 Per GPU-hour of presence (busy, idle or unobserved alike)::
 

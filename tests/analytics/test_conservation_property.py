@@ -1,4 +1,4 @@
-"""Property (DESIGN §4 Conservation): under every idle policy, for any grouping, the rows of a
+"""Property (docs/design.md §4 Conservation): under every idle policy, for any grouping, the rows of a
 cost answer add up to the ungrouped total to the nano, per currency."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An HTTPS fake of the Azure endpoints the connectors call, on 127.0.0.1, for the real clients.
 
-azure-core's bearer-token policy refuses plain ``http://`` (TESTING.md), so the fake serves TLS
+azure-core's bearer-token policy refuses plain ``http://`` (docs/testing.md), so the fake serves TLS
 with a trustme certificate; clients verify it with ``ca_path`` (``connection_verify`` for
 azure-core, ``ca_file`` for httpx). Each test gives a ``respond(request) -> Reply`` function and
 reads back what the client sent from ``requests``.

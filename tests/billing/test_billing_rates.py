@@ -1,4 +1,4 @@
-"""reprice(): GPU-hour rates from the bill, exact ledger cost, unmonitored spend (DESIGN §4)."""
+"""reprice(): GPU-hour rates from the bill, exact ledger cost, unmonitored spend (docs/design.md §4)."""
 
 from __future__ import annotations
 

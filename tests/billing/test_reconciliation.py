@@ -1,4 +1,4 @@
-"""Reconciliation (DESIGN §5): every status on hand-built bills and ledgers, exact figures."""
+"""Reconciliation (docs/design.md §5): every status on hand-built bills and ledgers, exact figures."""
 
 from __future__ import annotations
 

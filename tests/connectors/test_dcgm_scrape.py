@@ -14,7 +14,7 @@ from connectors.base import MetricsConnector
 from connectors.dcgm import Series, Stamp, mig_fraction, to_batch
 from connectors.dcgm_scrape import DcgmScrapeConfig, DcgmScrapeConnector, parse_metrics
 
-# Copies of ../shared/fixtures/dcgm (tests/fixtures/README.md).
+# tests/fixtures/dcgm (tests/fixtures/README.md describes them).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
 MIB = 1024 * 1024
 TS = 1_758_362_400_000

@@ -1,4 +1,4 @@
-"""Normalization on small hand-computed cases (DESIGN §3), then its invariants as properties."""
+"""Normalization on small hand-computed cases (docs/design.md §3), then its invariants as properties."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """State files for the fake NVML, replayed from the traces recorded on an NVIDIA H200.
 
-``h200/`` holds the recordings (copied from the measurement run, DESIGN §2):
+``h200/`` holds the recordings (copied from the measurement run, docs/design.md §2):
 
 * ``nvml_probe.json``: ~4 readings a second of util, power (mW), energy (mJ since the first
   reading; the counter read ``energy_mj`` then) and compute processes, idle → matmul → idle.

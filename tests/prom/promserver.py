@@ -1,6 +1,6 @@
 """A real Prometheus for tests: backfill generated OpenMetrics with promtool, serve it on 127.0.0.1.
 
-TESTING.md's recipe: timestamps in seconds, every series sorted, a final ``# EOF``,
+docs/testing.md's recipe: timestamps in seconds, every series sorted, a final ``# EOF``,
 ``--max-block-duration=24h``; Prometheus started as its own process (we stop that PID) with no
 scrape targets, 100 years of retention (counted from the newest block), ready when ``/-/ready``
 answers. Skipped when the binaries are missing, unless ``GPU_LEDGER_REQUIRE_PROMETHEUS`` is set.
