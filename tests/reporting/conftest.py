@@ -77,15 +77,21 @@ def reporting_engine(reporting_url: str) -> Iterator[Engine]:
 def bi_login(reporting_url: str) -> Iterator[str]:
     """A LOGIN role granted the reporting role by ``service.reporting.access.grant``; its URL."""
     login = f"gpu_ledger_bi_{uuid.uuid4().hex[:10]}"
+    # a password: .ci/run's fresh cluster trusts only postgres on 127.0.0.1, others use scram
+    password = uuid.uuid4().hex
     admin = _admin()
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE ROLE "{login}" LOGIN'))
+        conn.execute(text(f"CREATE ROLE \"{login}\" LOGIN PASSWORD '{password}'"))
     engine = make_engine(reporting_url)
     try:
         with engine.begin() as conn:
             done = grant(conn, login, gpu_cost_share=Decimal(1))
         assert done.cost_share_warning is None
-        yield make_url(reporting_url).set(username=login, password=None).render_as_string(hide_password=False)
+        yield (
+            make_url(reporting_url)
+            .set(username=login, password=password)
+            .render_as_string(hide_password=False)
+        )
     finally:
         engine.dispose()
         with admin.connect() as conn:

@@ -45,6 +45,8 @@ MONEY = {
     "ledger_cost",
     "cost_variance",
 }
+#: The CLI test's login's password (a fresh Debian cluster trusts only postgres on 127.0.0.1).
+PASSWORD = uuid.uuid4().hex
 #: Tables a BI login must not read: the ledger, its partitions, tokens, bills, audit-worthy state.
 FORBIDDEN = (
     "ledger_hour",
@@ -117,7 +119,7 @@ def login(reporting_url: str) -> Iterator[str]:
     name = f"gpu_ledger_cli_{uuid.uuid4().hex[:10]}"
     admin = make_engine(reporting_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE ROLE "{name}" LOGIN'))
+        conn.execute(text(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{PASSWORD}'"))
     try:
         yield name
     finally:
@@ -134,7 +136,7 @@ def _cli(monkeypatch: pytest.MonkeyPatch, url: str, *args: str) -> tuple[int, st
 
 
 def _can_read(url: str, login: str) -> bool:
-    engine = make_engine(make_url(url).set(username=login, password=None))
+    engine = make_engine(make_url(url).set(username=login, password=PASSWORD))
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT count(*) FROM reporting.usage_cost_daily_v1"))
