@@ -28,12 +28,13 @@ OPTIONS = {
     "thresholdPct": "--threshold-pct",
     "fields": "--fields",
     "format": "--format",
+    "focusVersion": "--focus-version",
 }
 
 
 def export_command(
     question: Annotated[
-        str, typer.Argument(help="usage, cost, idle-waste or effective-cost.", show_default=False)
+        str, typer.Argument(help="usage, cost, idle-waste, effective-cost or focus.", show_default=False)
     ],
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset, a whole UTC hour.")],
     end: Annotated[str, typer.Option(help="Window end (exclusive), a whole UTC hour.")],
@@ -82,6 +83,12 @@ def export_command(
     fields: Annotated[
         str | None, typer.Option(help="Columns to write, comma-separated (default all).", show_default=False)
     ] = None,
+    focus_version: Annotated[
+        str | None,
+        typer.Option(
+            "--focus-version", help="focus: FOCUS version 1.0 or 1.2 (default 1.2).", show_default=False
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
@@ -99,6 +106,7 @@ def export_command(
         "currency": currency,
         "thresholdPct": threshold_pct,
         "fields": fields,
+        "focusVersion": focus_version,
     }
     params.update({k: [v] for k, v in given.items() if v is not None})
     if group_by is not None:
@@ -135,6 +143,7 @@ def _run(
     settings = _settings(config)
     try:
         args = parse_args(question, params, access=ALL, max_window_days=settings.max_window_days)
+        question.columns_of(args)  # the question's own checks (focus: its version), before connecting
     except ParameterError as exc:
         raise fail(f"{_option(exc.parameter)}{exc.message}") from None
     context = ExportContext(ledger_threshold_pct=settings.idle_threshold_pct)

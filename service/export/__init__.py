@@ -14,3 +14,7 @@ to resolve field by field.
 No HTTP here: ``GET /export/{question}.{format}`` is :mod:`service.api.export`; the command is
 ``gpu-ledger export`` (:mod:`service.cli_export`).
 """
+
+# Questions registered outside questions.py register on import: the package imports them, so every
+# reader of the registry (the endpoint, the CLI, the metrics' route labels) sees them.
+from service.export import focus as focus  # noqa: E402

@@ -72,7 +72,9 @@ def _camel(name: str) -> str:
 FILTER_PARAMETERS: dict[str, Dimension] = {_camel(d.name): d for d in Dimension}
 COMMON_PARAMETERS = frozenset({"start", "end", "groupBy", "fields", "unallocated", *FILTER_PARAMETERS})
 #: The parameters a question may add to the common ones.
-QUESTION_PARAMETERS = frozenset({"granularity", "metric", "idlePolicy", "currency", "thresholdPct"})
+QUESTION_PARAMETERS = frozenset(
+    {"granularity", "metric", "idlePolicy", "currency", "thresholdPct", "focusVersion"}
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class ExportArgs:
     currency: str | None = None
     threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
     fields: tuple[str, ...] | None = None
+    #: focus: the FOCUS version, as given (checked by the question).
+    focus_version: str | None = None
 
 
 def parse_args(question: Question, params: Params, *, access: Access, max_window_days: int) -> ExportArgs:
@@ -115,6 +119,7 @@ def parse_args(question: Question, params: Params, *, access: Access, max_window
         currency=_one(params, "currency"),
         threshold_pct=_number(params, "thresholdPct", DEFAULT_IDLE_THRESHOLD_PCT),
         fields=fields,
+        focus_version=_one(params, "focusVersion"),
     )
 
 

@@ -63,6 +63,11 @@ class Question:
         """Every column of this export, in order, for ``group_by``."""
         return (PERIOD_START, *(d.name.lower() for d in group_by), *self.measures)
 
+    def columns_of(self, args: ExportArgs) -> tuple[str, ...]:
+        """The columns written for ``args`` when no ``fields`` are given (a question whose columns
+        depend on more than the groupBy, such as focus's version, overrides it)."""
+        return self.columns(args.query.group_by)
+
 
 QUESTIONS: dict[str, Question] = {}
 
@@ -106,7 +111,7 @@ def export_frame(
             f"the {question.name} export has more than {max_rows} rows (export_max_rows): narrow the "
             "window, the groupBy or the filter, or use a coarser granularity"
         ) from None
-    return frame.select(args.fields or question.columns(args.query.group_by))
+    return frame.select(args.fields or question.columns_of(args))
 
 
 def _upper_metric(frame: pl.DataFrame) -> pl.DataFrame:
