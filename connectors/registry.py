@@ -7,7 +7,8 @@ entry-point group (``pip install -e .`` registers the built-ins), the entry poin
     npu_exporter = "acme_npu.connector:NpuExporterConnector"
 
 A plugin whose import fails because an optional dependency is missing (``boto3`` for
-``cloudwatch``) is logged and skipped; asking for it then says which module is missing. Any other
+``cloudwatch``) is logged and skipped; asking for it then says which module is missing and which
+extra of the plugin's distribution brings it (``pip install 'gpu-ledger[aws]'``). Any other
 import error is a bug and is raised. ``GPU_LEDGER_DISABLED_CONNECTORS=a,b`` disables types by name.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
@@ -66,6 +68,7 @@ class Registry:
         self.disabled = frozenset(d.strip() for d in disabled if d.strip())
         self._classes: dict[str, ConnectorClass] = {}
         self._missing: dict[str, str] = {}  # type name → missing optional module
+        self._install_hint: dict[str, str] = {}  # type name → how to install it
 
     def known_types(self) -> list[str]:
         """Registered, enabled type names (not imported yet: listing is cheap)."""
@@ -89,6 +92,7 @@ class Registry:
             if not _is_optional_dependency(exc, ep):
                 raise
             self._missing[type_name] = exc.name or str(exc)
+            self._install_hint[type_name] = install_hint(ep, self._missing[type_name])
             log.warning("connector plugin %s skipped: %s", type_name, self._missing_message(type_name))
             raise UnknownConnectorType(self._missing_message(type_name)) from exc
         if not isinstance(getattr(cls, "config_model", None), type) or not issubclass(
@@ -101,7 +105,7 @@ class Registry:
     def _missing_message(self, type_name: str) -> str:
         return (
             f'connector type "{type_name}" needs the module "{self._missing[type_name]}", which is not '
-            f"installed (pip install the connector's extra)"
+            f"installed: {self._install_hint[type_name]}"
         )
 
     def validate(self, table: Mapping[str, Any]) -> ConnectorConfig:
@@ -135,6 +139,52 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         problems.append((key, msg))
     return problems
+
+
+#: Extras that are never the way to install a connector's dependencies.
+_TOOLING_EXTRAS = frozenset({"test", "tests", "dev", "docs", "lint"})
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+
+def _dashed(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def extras_providing(module: str, requires: Iterable[str]) -> list[str]:
+    """The extras among ``requires`` (a distribution's ``Requires-Dist`` lines) whose requirement
+    brings ``module``: the requirement's name is the module's dotted path dashed (``azure.identity``
+    → ``azure-identity``), or a prefix of it, or starts with it (``google`` → ``google-cloud-…``).
+    With no such requirement, the same for the module's parent package (``google.api_core``, a
+    dependency of a dependency, → ``google`` → the ``google-cloud-…`` requirements)."""
+    declared = []
+    for line in requires:
+        name, extra = _REQUIREMENT_NAME.match(line), _EXTRA_MARKER.search(line)
+        if name is not None and extra is not None and extra[1] not in _TOOLING_EXTRAS:
+            declared.append((_dashed(name[1]), extra[1]))
+    parts = module.split(".")
+    for length in range(len(parts), 0, -1):
+        wanted = _dashed(".".join(parts[:length]))
+        extras: list[str] = []
+        for have, extra_name in declared:
+            if have == wanted or have.startswith(wanted + "-") or wanted.startswith(have + "-"):
+                extras += [extra_name] if extra_name not in extras else []
+        if extras:
+            return extras
+    return []
+
+
+def install_hint(ep: EntryPoint, module: str) -> str:
+    """How to install what ``ep``'s plugin misses: ``pip install 'DIST[EXTRA]'`` when its
+    distribution declares an extra that brings ``module``, else ``pip install`` the module's
+    distribution."""
+    dist = ep.dist
+    if dist is not None:
+        extras = extras_providing(module, dist.requires or ())
+        if extras:
+            project = dist.metadata["Name"]
+            return " or ".join(f"pip install '{project}[{extra}]'" for extra in extras)
+    return f"pip install the distribution that provides {module.split('.')[0]!r}"
 
 
 def _is_optional_dependency(exc: ModuleNotFoundError, ep: EntryPoint) -> bool:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
@@ -40,6 +42,7 @@ class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line on stderr (exit 2), not a usage dump."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        _plain_help(self)
         kwargs["standalone_mode"] = False
         try:
             rv = super().main(*args, **kwargs)
@@ -50,9 +53,29 @@ class _OneLineErrors(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-            typer.echo(f"gpu-ledger: error: {message}{hint}", err=True)
+            if message.strip():  # none when the help was the answer (no arguments): it is printed
+                typer.echo(f"gpu-ledger: error: {message}{hint}", err=True)
             sys.exit(getattr(exc, "exit_code", USAGE_EXIT))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _plain_help(command: Any) -> None:
+    """Our help texts are plain text, but typer renders them as rich markup, where a bare
+    ``[auth]`` or ``[agent]`` is a style tag and vanishes, and keeps each line break of a
+    docstring: escape them, and join each paragraph's lines (the panel wraps them itself)."""
+    from rich.markup import escape
+
+    def plain(text: str) -> str:
+        paragraphs = inspect.cleandoc(text).split("\n\n")
+        return escape("\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs))
+
+    if command.help:
+        command.help = plain(command.help)
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = plain(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
 
 
 app = typer.Typer(
@@ -62,6 +85,39 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+# typer's rich help prints a value type after every option, flags too (`--demo <bool>`,
+# `--help <bool>`), though a flag takes no value; its plain help already leaves flags bare.
+_option_type = TyperOption.display_type_rich
+
+
+def _flag_has_no_type(option: TyperOption, ctx: Any) -> str | None:
+    return None if option.is_flag or option.count else _option_type(option, ctx)
+
+
+setattr(TyperOption, "display_type_rich", _flag_has_no_type)  # noqa: B010  (a method, typed loosely)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("gpu-ledger")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            installed = "unknown (not installed)"
+        typer.echo(f"gpu-ledger {installed}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
+    ] = False,
+) -> None:
+    """GPU Ledger: what your GPUs cost and how much work they did."""
 
 ConfigOpt = Annotated[
     Path | None,
@@ -76,14 +132,16 @@ def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:
 
 
 def _settings(config: Path | None) -> Settings:
-    from service.logging import configure_logging
-    from service.settings import ConfigError, load_settings
+    from service.logging import configure_logging, get_logger
+    from service.settings import ConfigError, load_settings, unknown_env_warnings
 
     try:
         settings = load_settings(config)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
+    for warning in unknown_env_warnings(os.environ):  # a misspelt GPU_LEDGER_* is otherwise silent
+        get_logger(__name__).warning(warning)
     return settings
 
 
@@ -414,16 +472,22 @@ def list_connectors(config: ConfigOpt = None) -> None:
     from service.models import ConnectorState
 
     settings = _settings(config)
-    engine = make_engine(settings.database_url)
-    try:
-        with Session(engine) as session:
-            states = {s.name: s for s in session.exec(select(ConnectorState)).all()}
-        with engine.connect() as conn:
-            findings = last_run_findings(conn)
-    except SQLAlchemyError:
-        states, findings = {}, {}  # not migrated yet: every connector is simply "never run"
-    finally:
-        engine.dispose()
+    if not settings.connectors:
+        typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
+        return
+    states, findings = {}, {}  # no database or not migrated yet: every connector "never run"
+    # A listing reads: it must not create the SQLite file that connecting to a missing one would.
+    if _database_exists(settings.database_url):
+        engine = make_engine(settings.database_url)
+        try:
+            with Session(engine) as session:
+                states = {s.name: s for s in session.exec(select(ConnectorState)).all()}
+            with engine.connect() as conn:
+                findings = last_run_findings(conn)
+        except SQLAlchemyError:
+            pass
+        finally:
+            engine.dispose()
     table = Table(
         "name", "type", "enabled", "status", "watermark", "findings", "last error", "notice", box=None
     )
@@ -437,10 +501,17 @@ def list_connectors(config: ConfigOpt = None) -> None:
         notice = (state.notice or "-") if state else "-"
         found = str(findings[c.name]) if c.name in findings else "-"
         table.add_row(c.name, c.type, "yes" if c.enabled else "no", status, watermark, found, error, notice)
-    if not settings.connectors:
-        typer.echo("no connectors configured (add [[connectors]] tables to the config file)")
-        return
     Console(width=200).print(table)
+
+
+def _database_exists(url: str) -> bool:
+    """False for a SQLite file that isn't there (connecting would create it); True otherwise."""
+    from service.db import normalize_url
+
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return True
+    return Path(parsed.database).exists()
 
 
 @app.command("agent")

@@ -88,7 +88,24 @@ def classify(error: BaseException) -> Failure:
         return Failure(ConnectorStatus.FAILED_CONNECTION, "retry", False, message)
     if isinstance(error, _BAD_DATA):
         return Failure(ConnectorStatus.PARSE_ERROR, "wait", False, message)
+    if isinstance(error, ModuleNotFoundError) and (hint := missing_extra_hint(error.name or "")):
+        # A cloud SDK imported when first used (the Azure connectors): an install to do, not a bug.
+        return Failure(ConnectorStatus.INVALID_CONFIGURATION, "stop", False, f"{message}: {hint}")
     return Failure(ConnectorStatus.INTERNAL_ERROR, "wait", True, message)
+
+
+def missing_extra_hint(module: str) -> str | None:
+    """``pip install 'gpu-ledger[EXTRA]'`` when one of gpu-ledger's extras brings ``module``."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from connectors.registry import extras_providing
+
+    try:
+        requires = distribution("gpu-ledger").requires or []
+    except PackageNotFoundError:  # a checkout that was never installed: nothing to name
+        return None
+    extras = extras_providing(module, requires) if module else []
+    return " or ".join(f"pip install 'gpu-ledger[{extra}]'" for extra in extras) or None
 
 
 def one_line(error: BaseException) -> str:

@@ -76,12 +76,24 @@ def configure_logging(
     root.setLevel(level.upper())
     # Alembic ≥ 1.16 logs every plugin it sets up at INFO on each migrate: noise, not news.
     logging.getLogger("alembic.runtime.plugins").setLevel(max(logging.WARNING, root.level))
+    # …and which dialect and DDL mode it assumes each time a migration context opens: every
+    # revision check (each CLI command, each /readyz). "Running upgrade …" lines stay.
+    migration_log = logging.getLogger("alembic.runtime.migration")
+    if not any(isinstance(f, _AlembicContextChatter) for f in migration_log.filters):
+        migration_log.addFilter(_AlembicContextChatter())
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
+
+
+class _AlembicContextChatter(logging.Filter):
+    """Drops alembic's "Context impl SQLiteImpl." and "Will assume transactional DDL." records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Context impl ", "Will assume "))
 
 
 class _LedgerHandler(logging.StreamHandler):

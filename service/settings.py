@@ -42,8 +42,9 @@ Environment variables win over the file for scalars (``GPU_LEDGER_DATABASE_URL``
 ``GPU_LEDGER_LOG_LEVEL``…) and for connector keys: ``GPU_LEDGER_CONNECTORS__<NAME>__<KEY>=value``
 sets ``KEY`` of the connector named ``NAME`` (case-insensitive, ``-`` in names written ``_``;
 values starting with ``[`` or ``{`` are JSON). Unknown keys and types are errors naming the file,
-the table and the key. Secrets (``SecretStr`` connector keys, the database password) are masked
-in repr and logs.
+the table and the key; a ``GPU_LEDGER_*`` variable that names no setting at all (a misspelling)
+is ignored with a warning naming the closest setting (:func:`unknown_env_warnings`). Secrets
+(``SecretStr`` connector keys, the database password) are masked in repr and logs.
 
 Why not pydantic-settings' TOML source: the file path is chosen at run time, and the array tables
 need per-type validation with messages that point into the file; scalars still come from
@@ -53,6 +54,7 @@ pydantic-settings (env parsing, types, defaults).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import os
 import tomllib
@@ -208,6 +210,50 @@ SCALARS = (
     "log_level",
     "log_format",
 )
+
+
+#: ``[table]`` settings a ``GPU_LEDGER_<TABLE>__<KEY>`` variable sets (its keys are checked there).
+ENV_TABLES: dict[str, type[BaseModel]] = {
+    "limits": Limits,
+    "auth": AuthSettings,
+    "answer_cache": AnswerCacheSettings,
+}
+#: ``GPU_LEDGER_*`` variables read elsewhere: the connector registry's, ``serve --workers``'
+#: hand-over file, the project's own test and benchmark switches.
+OTHER_ENV = frozenset({
+    CONFIG_ENV,
+    "GPU_LEDGER_DISABLED_CONNECTORS",
+    "GPU_LEDGER_SERVE_SETTINGS_FILE",
+    "GPU_LEDGER_TOKEN",
+    "GPU_LEDGER_CHROMIUM",
+    "GPU_LEDGER_KILL_SEED",
+})  # fmt: skip
+OTHER_ENV_PREFIXES = ("GPU_LEDGER_TEST_", "GPU_LEDGER_REQUIRE_")
+
+
+def unknown_env_warnings(env: Mapping[str, str]) -> list[str]:
+    """One message per ``GPU_LEDGER_*`` variable in ``env`` that sets nothing (pydantic-settings
+    ignores it silently), naming the closest setting: ``GPU_LEDGER_DATABSE_URL`` is not a
+    setting, did you mean ``GPU_LEDGER_DATABASE_URL``? Keys of a known table
+    (``GPU_LEDGER_LIMITS__…``) and connector variables are checked where they are applied."""
+    tables = tuple(f"{ENV_PREFIX}{t.upper()}__" for t in ENV_TABLES)
+    known = [f"{ENV_PREFIX}{s.upper()}" for s in SCALARS] + sorted(OTHER_ENV)
+    known += [f"{ENV_PREFIX}{t.upper()}__{k.upper()}" for t, m in ENV_TABLES.items() for k in m.model_fields]
+    messages = []
+    for var in sorted(env):
+        upper = var.upper()
+        if (
+            not upper.startswith(ENV_PREFIX)
+            or upper in known
+            or upper.startswith((*tables, CONNECTOR_ENV_PREFIX, *OTHER_ENV_PREFIXES))
+        ):
+            continue
+        # Compared without the prefix, which every candidate shares.
+        names = {k[len(ENV_PREFIX) :]: k for k in known}
+        close = difflib.get_close_matches(upper[len(ENV_PREFIX) :], names, n=1, cutoff=0.6)
+        hint = f"did you mean {names[close[0]]}?" if close else "no setting has a similar name"
+        messages.append(f"environment variable {var} is not a GPU Ledger setting and is ignored: {hint}")
+    return messages
 
 
 def load_settings(config_path: str | Path | None = None, *, registry: Registry | None = None) -> Settings:
