@@ -152,6 +152,8 @@ def _graphql_cost(base: str, flt: dict[str, Any] | None) -> dict[str, str]:
     return {c: money(v) for c, v in total.items()}
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_every_panel_returns_rows_and_the_cost_panel_is_graphqls(bi_engine: Engine, base: str) -> None:
     datasource_interval = _datasource()["jsonData"]["timeInterval"]
     with bi_engine.connect() as conn:
@@ -190,6 +192,8 @@ def test_every_panel_returns_rows_and_the_cost_panel_is_graphqls(bi_engine: Engi
             assert _cost_by_currency(answers["Cost"]) == _graphql_cost(base, flt)
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_the_heatmap_has_seven_days_of_24_hours_and_moves_with_the_time_zone(bi_engine: Engine) -> None:
     board = _load(GRAFANA / "dashboards" / "gpu-ledger-utilization.json")
     (panel,) = [p for p in board["panels"] if "hour of week" in p["title"]]

@@ -18,8 +18,6 @@ from service.cli import app
 from service.db import make_engine
 from service.reporting.access import DEFAULT_ROLE
 
-pytestmark = pytest.mark.postgres
-
 VIEWS = {
     "usage_cost_hourly_v1",
     "usage_cost_daily_v1",
@@ -59,6 +57,8 @@ FORBIDDEN = (
 )
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_a_member_reads_every_view_and_nothing_behind_them(bi_engine: Engine) -> None:
     with bi_engine.connect() as conn:
         names = {
@@ -84,6 +84,8 @@ def test_a_member_reads_every_view_and_nothing_behind_them(bi_engine: Engine) ->
         conn.execute(text("CREATE VIEW reporting.mine AS SELECT 1 AS one"))
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_every_view_and_column_is_documented_and_money_is_numeric(reporting_engine: Engine) -> None:
     with reporting_engine.connect() as conn:
         undocumented = conn.execute(
@@ -147,6 +149,8 @@ def _can_read(url: str, login: str) -> bool:
         engine.dispose()
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_cli_grants_revokes_and_lists(
     reporting_url: str, login: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -14,7 +14,8 @@ from api.conftest import serve
 from reporting.helpers import COLUMN, ENUM, close, gql, instant, keyed, money, view_rows, window
 from sqlalchemy import Connection, Engine
 
-pytestmark = pytest.mark.postgres
+#: The session database takes the demo fleet's ingest (~10 s) before the first test.
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 UTC = dt.UTC
 #: Cut mid-day at both ends (hourly views); the end hour holds data, so an inclusive end would show.
