@@ -35,6 +35,7 @@ from service.scheduler import Scheduler
 from service.scheduler_lease import SchedulerLease
 from service.settings import Settings
 from service.telemetry import CONTENT_TYPE, Telemetry, utc_now
+from service.web.dashboard import dashboard_routes
 
 log = get_logger(__name__)
 
@@ -195,6 +196,7 @@ def create_app(
         Route("/metrics", metrics, methods=["GET"]),
         Route(PUSH_ROUTE, push_batches, methods=["POST"]),
         export_route(engine, settings),  # GET /export/{question}.{format}: service.api.export
+        *dashboard_routes(),  # GET / and its files: the dashboard (service.web.dashboard)
     ]
     app = Starlette(routes=[*routes, graphiql_assets()], lifespan=lifespan)  # GraphiQL's vendored files
     authenticator = authenticator or build_authenticator(settings.auth, engine)

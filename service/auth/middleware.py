@@ -2,7 +2,9 @@
 
 Every path except ``/healthz`` and ``/readyz`` needs a caller (:class:`Authenticator`); the caller
 is stored at ``scope[PRINCIPAL_KEY]``. Open too, as they hold no data: a browser's GET of the
-GraphiQL page on ``/graphql`` and its files (:mod:`service.api.graphiql`). Refusals:
+GraphiQL page on ``/graphql`` and its files (:mod:`service.api.graphiql`); a GET of the dashboard
+at ``/`` and its files under ``/static/dashboard/`` and ``/static/vendor/`` (:mod:`service.web.dashboard`),
+whose numbers come from ``/graphql`` with the user's token. Refusals:
 
 * 401 ``UNAUTHENTICATED`` (with ``WWW-Authenticate: Bearer``): no, malformed, unknown, revoked or
   expired credential; a JWT that fails its checks.
@@ -32,6 +34,7 @@ from service.api.graphiql import is_graphiql_asset, is_graphiql_page
 from service.auth.audit import audit
 from service.auth.authenticate import FORBIDDEN, Authenticator, AuthFailure
 from service.auth.principal import PRINCIPAL_KEY, Principal
+from service.web.dashboard import is_dashboard_shell
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 GRAPHQL_PATH = "/graphql"
@@ -87,6 +90,9 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        if is_dashboard_shell(scope):  # the dashboard's page and files: code, no data
             await self.app(scope, receive, send)
             return
         if is_graphiql_asset(scope["path"]) or (scope["path"] == GRAPHQL_PATH and is_graphiql_page(scope)):

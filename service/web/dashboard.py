@@ -15,7 +15,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -62,7 +62,7 @@ async def index(request: Request) -> Response:
     return HTMLResponse(_PAGES[anonymous], headers=HEADERS)
 
 
-def dashboard_routes() -> list[BaseRoute]:
+def dashboard_routes() -> list[Route | Mount]:
     """``/`` and the two static folders."""
     return [
         Route("/", index, methods=["GET", "HEAD"]),

@@ -31,7 +31,7 @@ export function card(title, note, ...content) {
 // A table: columns [{label, class?}], rows of cells (each cell an element or text).
 export function table(name, columns, rows, attrs = {}) {
   const head = h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.class, scope: "col" }, c.label))));
-  return h("table", { class: "grid", dataset: { table: name }, ...attrs }, head, h("tbody", {}, rows));
+  return h("div", { class: "scroll" }, h("table", { class: "grid", dataset: { table: name }, ...attrs }, head, h("tbody", {}, rows)));
 }
 
 export function empty(text) {

@@ -10,8 +10,8 @@ export const title = "Devices";
 
 export const PAGE_SIZES = [25, 50, 100];
 const DEVICE_FIELDS = "deviceId source environment provider account region cluster node instanceType gpuModel migProfile gpuFraction firstSeen lastSeen";
-const DEVICES = `query Devices($filter: DeviceFilter, $first: Int!, $after: String) {
-  devices(filter: $filter, first: $first, after: $after) {
+const DEVICES = `query Devices($search: String, $filter: DeviceFilter, $first: Int!, $after: String) {
+  devices(search: $search, filter: $filter, first: $first, after: $after) {
     totalCount pageInfo { hasNextPage hasPreviousPage endCursor }
     edges { cursor node { ${DEVICE_FIELDS} } } }
 }`;
@@ -21,18 +21,14 @@ const COVERAGE = `query Coverage($w: TimeWindow!, $f: LedgerFilter) {
 const ENVIRONMENTS = ["onprem", "aws", "gcp", "azure"];
 
 export function deviceFilter(params) {
-  const filter = {};
-  const search = (params.get("q") || "").trim();
-  if (search) filter.search = search;
   const env = params.get("environment");
-  if (env) filter.environment = [env];
-  return Object.keys(filter).length ? filter : null;
+  return env ? { environment: [env] } : null;
 }
 
 export async function render({ params, window, navigate }) {
   const size = PAGE_SIZES.includes(Number(params.get("size"))) ? Number(params.get("size")) : PAGE_SIZES[0];
   const after = params.get("after") || null;
-  const page = (await gql(DEVICES, { filter: deviceFilter(params), first: size, after })).devices;
+  const page = (await gql(DEVICES, { search: (params.get("q") || "").trim() || null, filter: deviceFilter(params), first: size, after })).devices;
   const ids = page.edges.map((e) => e.node.deviceId);
   const coverage = ids.length ? (await gql(COVERAGE, { w: window, f: { device: ids } })).usage : [];
   const byDevice = new Map(coverage.map((r) => [r.device, r]));

@@ -51,7 +51,7 @@ function totals(data) {
       kpiValue("effectiveGpuHours", usage.effectiveGpuHours, gpuHours(usage.effectiveGpuHours)),
       `utilization ${pct(usage.utilizationPct)} of observed time`,
     ),
-    kpi("idle-cost", "Idle cost", kpiValue("idleCost", moneyValue(idle), moneyText(idle)), `${gpuHours(usage.idleGpuHours)} below 5 % busy`),
+    kpi("idle-cost", "Idle cost", kpiValue("idleCost", moneyValue(idle), moneyText(idle)), `${gpuHours(usage.idleGpuHours)} below the idle threshold`),
   );
 }
 
@@ -187,7 +187,7 @@ function idleByProject(data, params, navigate) {
     h(
       "select",
       { name: "top", onchange: (e) => navigate({ top: e.target.value }) },
-      [5, 10, 20, 50].map((n) => h("option", { value: String(n), selected: n === top }, String(n))),
+      [...new Set([5, 10, 20, 50, top])].sort((a, b) => a - b).map((n) => h("option", { value: String(n), selected: n === top }, String(n))),
     ),
   );
   const more = rest.length
