@@ -1,7 +1,8 @@
 """Issue 14's CLI polish: ``--version``; help with no ``<bool>`` after flags and no ``[word]`` eaten
 by rich markup; no alembic "Context impl" lines on commands or ``/readyz``; ``connectors`` creating
 no database; a misspelt ``GPU_LEDGER_*`` variable warned about; a missing cloud SDK naming the
-extra to install. The installed ``gpu-ledger`` runs in a subprocess where the output is the point."""
+extra to install. The installed ``gpu-ledger`` runs in a subprocess where the output is the point
+(those tests are marked ``e2e``)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def invoke(*args: str) -> Any:
 # --- --version --------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
     done = cli("--version", cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (
@@ -123,6 +125,7 @@ def test_docstring_line_breaks_do_not_break_the_listing() -> None:
     assert not line.rstrip(" │").endswith("and"), out
 
 
+@pytest.mark.e2e
 def test_no_arguments_prints_the_help_and_no_empty_error_line(tmp_path: Path) -> None:
     done = cli(cwd=tmp_path)
     assert done.returncode == 2 and "Commands" in done.stdout
@@ -132,6 +135,8 @@ def test_no_arguments_prints_the_help_and_no_empty_error_line(tmp_path: Path) ->
 # --- alembic's chatter --------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_commands_log_migrations_but_not_alembic_context_lines(tmp_path: Path) -> None:
     env = clean_env(GPU_LEDGER_DATABASE_URL=f"sqlite:///{tmp_path / 'l.db'}")
     first = cli("migrate", cwd=tmp_path, env=env)
@@ -152,6 +157,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_readyz_does_not_log_alembic_context_lines(tmp_path: Path) -> None:
     env = clean_env(GPU_LEDGER_DATABASE_URL=f"sqlite:///{tmp_path / 'r.db'}")
     port = _free_port()
@@ -179,6 +185,7 @@ def test_readyz_does_not_log_alembic_context_lines(tmp_path: Path) -> None:
 # --- connectors is read-only --------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_connectors_without_config_creates_no_database(tmp_path: Path) -> None:
     done = cli("connectors", cwd=tmp_path)
     assert done.returncode == 0 and "no connectors configured" in done.stdout, done.stderr
@@ -197,6 +204,7 @@ def test_connectors_with_a_missing_database_lists_them_never_run(tmp_path: Path)
 # --- misspelt environment variables -------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_misspelt_variable_warns_with_the_closest_setting(tmp_path: Path) -> None:
     env = clean_env(GPU_LEDGER_DATABSE_URL="sqlite:///typo.db", GPU_LEDGER_LOG_LEVEL="INFO")
     done = cli("connectors", cwd=tmp_path, env=env)
@@ -253,6 +261,7 @@ def test_extras_providing(module: str, extras: list[str]) -> None:
     assert extras_providing(module, REQUIRES) == extras
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("connector_type", "missing", "extra"),
     [("cloudwatch", "boto3", "aws"), ("gcp_monitoring", "google.api_core", "gcp")],
@@ -270,6 +279,7 @@ def test_a_connector_without_its_sdk_names_the_extra(
     assert error.endswith(f"pip install 'gpu-ledger[{extra}]'"), error
 
 
+@pytest.mark.e2e
 def test_an_sdk_imported_on_first_use_names_the_extra(tmp_path: Path) -> None:
     """The Azure connectors import their SDK when they first run: the run fails as a
     configuration to fix, with the extra, not as a bug."""
