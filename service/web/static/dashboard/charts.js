@@ -48,24 +48,41 @@ export function bars(rows, { legend = [] } = {}) {
 // cells[day][hour] = {value (0–100 or null), title}; days Monday first.
 export const WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
-export function heatColor(value) {
-  if (value === null || value === undefined) return "#eef1f5";
-  const t = Math.max(0, Math.min(1, value / 100));
-  // light yellow → orange → deep red
+// Colour of `t` in [0, 1] (null: nothing observed): light yellow → orange → red → deep red.
+export function heatColor(t) {
+  if (t === null || t === undefined) return "#eef1f5";
   const stops = [
     [255, 247, 214],
     [253, 174, 97],
     [215, 48, 39],
     [120, 10, 30],
   ];
-  const x = t * (stops.length - 1);
+  const x = Math.max(0, Math.min(1, t)) * (stops.length - 1);
   const i = Math.min(stops.length - 2, Math.floor(x));
   const f = x - i;
   const c = stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
   return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
 }
 
+// The colour scale spans the cells' own range (a fleet busy 45–65 % all week would be one flat
+// colour on 0–100), widened to at least 10 points so noise does not look like a pattern.
+export function heatRange(cells) {
+  const seen = cells.flat().map((c) => c.value).filter((v) => v !== null);
+  if (!seen.length) return [0, 100];
+  let lo = Math.min(...seen);
+  let hi = Math.max(...seen);
+  if (hi - lo < 10) {
+    const mid = (hi + lo) / 2;
+    lo = Math.max(0, mid - 5);
+    hi = Math.min(100, lo + 10);
+    lo = hi - 10;
+  }
+  return [Math.floor(lo), Math.ceil(hi)];
+}
+
 export function heatmap(cells, format) {
+  const [lo, hi] = heatRange(cells);
+  const scaled = (v) => (v === null ? null : (v - lo) / (hi - lo || 1));
   const grid = h("div", { class: "heatmap", role: "table", dataset: { chart: "heatmap" } });
   grid.append(h("span", { class: "hm-corner", role: "columnheader" }));
   for (let hour = 0; hour < 24; hour++) {
@@ -74,29 +91,30 @@ export function heatmap(cells, format) {
   cells.forEach((row, day) => {
     grid.append(h("span", { class: "hm-day", role: "rowheader" }, WEEKDAYS[day]));
     row.forEach((cell, hour) => {
-      const dark = cell.value !== null && cell.value > 55;
+      const t = scaled(cell.value);
       grid.append(
         h(
           "span",
           {
-            class: `hm-cell${dark ? " dark" : ""}`,
+            class: `hm-cell${t !== null && t > 0.55 ? " dark" : ""}`,
             role: "cell",
             title: cell.title,
             dataset: { day: String(day), hour: String(hour), value: cell.value === null ? "" : String(cell.value) },
-            style: { background: heatColor(cell.value) },
+            style: { background: heatColor(t) },
           },
           cell.value === null ? "" : format(cell.value),
         ),
       );
     });
   });
+  const steps = [0, 0.2, 0.4, 0.6, 0.8, 1];
   const scale = h(
     "div",
-    { class: "hm-scale" },
-    "0 %",
-    [0, 20, 40, 60, 80, 100].map((v) => h("i", { style: { background: heatColor(v) }, title: `${v} %` })),
-    "100 %",
-    h("span", { class: "hm-none" }, h("i", { style: { background: heatColor(null) } }), "no GPU present"),
+    { class: "hm-scale", dataset: { low: String(lo), high: String(hi) } },
+    `${lo} %`,
+    steps.map((t) => h("i", { style: { background: heatColor(t) }, title: `${Math.round(lo + t * (hi - lo))} %` })),
+    `${hi} % busy`,
+    h("span", { class: "hm-none" }, h("i", { style: { background: heatColor(null) } }), "no GPU observed"),
   );
   return h("div", { class: "heatmap-wrap" }, grid, scale);
 }
