@@ -206,3 +206,23 @@ def test_demo_on_loopback_needs_no_token(page: Any, anonymous_server: str) -> No
     assert page.get_attribute("html", "data-anonymous-read") == "true"
     assert page.is_hidden("#token-form")
     assert page.locator('[data-table="connectors"] tbody tr').count() == 1
+
+
+def test_a_project_token_sees_its_project_only(page: Any, live_server: LiveServer) -> None:
+    from service.auth.tokens import TokenStore
+
+    secret, _ = TokenStore(live_server.engine).create("browser-vision", ["read:project:vision"])
+    page.add_init_script(
+        f"if (location.origin === '{live_server.url}') sessionStorage.setItem('{TOKEN_KEY}', '{secret}')"
+    )
+    page.goto(f"{live_server.url}/?page=overview&{BASE}")
+    wait_for(page)
+    assert page.eval_on_selector_all('[data-table="idle"] tbody tr', "rs => rs.map(r => r.dataset.key)") == [
+        "vision"
+    ]
+    options = page.eval_on_selector_all('select[name="project"] option', "os => os.map(o => o.value)")
+    assert options == ["", "vision"]
+    page.goto(f"{live_server.url}/?page=reconciliation&{BASE}")
+    wait_for(page, "error")
+    assert "may not read this page" in page.inner_text("#banner")
+    assert page.locator('[data-table="reconciliation"]').count() == 0
