@@ -507,33 +507,94 @@ def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
 
 
 def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered) -> pl.DataFrame:
+    """Per ledger row, each gauge's observed time and its value statistics.
+
+    The intervals come as NumPy columns in chain order: computed with Polars when time-sliced
+    readings need the next *distinct* reading and shares, else straight from the chains (the next
+    row of a chain is its next reading, every share is 1). The hour split and the sums are one
+    NumPy pass either way (``_pieces``, ``_metric_stats``), so the two give the same floats.
+    """
+    if ordered.sliced:
+        columns = _sliced_gauge_intervals(batch, window, owners, ordered)
+    else:
+        columns = _chain_gauge_intervals(batch, window, owners, ordered)
+    dev, wl, metric, share, value, start, end = columns
+    take, hour, dur = _pieces(start, end, batch)
+    if take is not None:
+        dev, wl, metric, value = dev[take], wl[take], metric[take], value[take]
+        share = share[take] if share is not None else None
+    rk = _pack_row(batch, dev, hour, wl)
+    return _widen(_metric_stats(rk, metric, value, dur, share, window), batch)
+
+
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]
+_IS_GAUGE = np.isin(np.arange(_N_METRICS), _GAUGE_CODES)
+_IS_UTIL = np.isin(np.arange(_N_METRICS), _UTIL_CODES)
+_NO_CUT = np.iinfo(np.int64).max
+
+
+def _cut_times(
+    batch: _Batch, window: Window, owners: pl.DataFrame, dev: np.ndarray, ts: np.ndarray
+) -> np.ndarray | None:
+    """Per row, when its device's owners change within ``max_gap`` after its reading (else the
+    largest int64); None when no owner changes that soon. Usually few readings: they are found by
+    a set lookup of (device, ts) and joined alone."""
+    cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
+    if cuts.is_empty():
+        return None
+    at = pl.Series("r", _reading(batch, dev, ts))
+    cut_at = cuts.select(
+        (pl.col("dev").cast(pl.Int64) * (1 << _ts_bits(batch)) + pl.col("ts")).alias("r"), "owners_until"
+    )
+    rows = np.flatnonzero(at.is_in(cut_at["r"].implode()).to_numpy())
+    until = pl.DataFrame({"r": at.gather(rows)}).join(cut_at, on="r", how="left", maintain_order="left")
+    out = np.full(len(dev), _NO_CUT, dtype=np.int64)
+    out[rows] = until["owners_until"].to_numpy()
+    return out
+
+
+def _ts_bits(batch: _Batch) -> int:
+    return dict(batch.reading_key.fields)["ts"]
+
+
+def _reading(batch: _Batch, dev: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """(device, ts) as one Int64, per row."""
+    return (dev << _ts_bits(batch)) | ts
+
+
+def _chain_gauge_intervals(
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered
+) -> _Columns:
+    """Gauge intervals when nothing is time-sliced: each reading's chain successor is its next
+    reading. Every sample is carried (no copy of the gauge rows); the energy counter's rows go
+    through as well and are dropped with their sums (``_metric_stats``)."""
+    rows = ordered.unique
+    dev, metric, ts = rows["dev"].to_numpy(), rows["metric"].to_numpy(), rows["ts"].to_numpy()
+    wl, value = rows["wl"].to_numpy(), rows["value"].to_numpy()
+    chain = rows["k"].to_numpy() >> batch.sample_key.shift_of("metric")
+    end = ts + window.max_gap_ms  # the cap; then the next reading of the chain when sooner
+    np.minimum(end[:-1], np.where(chain[1:] == chain[:-1], ts[1:], _NO_CUT), out=end[:-1])
+    until = _cut_times(batch, window, owners, dev, ts)
+    if until is not None:
+        np.minimum(end, until, out=end)
+    util = _IS_UTIL[metric]
+    value = np.where(util, np.clip(value, 0.0, 100.0), value) if util.any() else value
+    return dev, wl, metric, None, value, ts, end
+
+
+def _sliced_gauge_intervals(
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered
+) -> _Columns:
     key = batch.sample_key
     k = pl.col("k")
     gauges = ordered.unique.filter(pl.col("metric").is_in(_GAUGE_CODES))  # still in chain order
     chain = key.prefix(k, "metric")
-    if ordered.sliced:
-        gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), chain).alias("next"))
-        gauges = _shares(gauges, key.prefix(k, "ts"))
-    else:  # every reading is the chain's only one at its ts: the next row is the next reading
-        gauges = gauges.with_columns(
-            pl.when(chain.shift(-1) == chain).then(pl.col("ts").shift(-1)).alias("next"),
-            pl.lit(1.0).alias("share"),
-        )
-    # Only readings whose owners change within max_gap can be cut: usually a small frame, so the
-    # few gauge rows at those readings are found by a set lookup and joined alone.
-    cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
+    gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), chain).alias("next"))
+    gauges = _shares(gauges, key.prefix(k, "ts"))
     cap = pl.col("ts") + window.max_gap_ms
-    if not cuts.is_empty():
-        reading = batch.reading_key.prefix(
-            batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.lit(0)), "ts"
-        )
-        at = gauges.select(reading.alias("r"))["r"]
-        cut_at = cuts.select(reading.alias("r"), "owners_until")
-        rows = np.flatnonzero(at.is_in(cut_at["r"].implode()).to_numpy())
-        until = pl.DataFrame({"r": at.gather(rows)}).join(cut_at, on="r", how="left", maintain_order="left")
-        owners_until = np.full(gauges.height, np.iinfo(np.int64).max, dtype=np.int64)
-        owners_until[rows] = until["owners_until"].to_numpy()
-        gauges = gauges.with_columns(pl.Series("owners_until", owners_until))
+    until = _cut_times(batch, window, owners, gauges["dev"].to_numpy(), gauges["ts"].to_numpy())
+    if until is not None:
+        gauges = gauges.with_columns(pl.Series("owners_until", until))
         cap = pl.min_horizontal(cap, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
@@ -547,27 +608,73 @@ def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _
         pl.col("ts").alias("start"),
         pl.min_horizontal(pl.col("next").fill_null(cap), cap).alias("end"),
     )
-    return _widen(_metric_stats(_split_hours(intervals, batch), window), batch)
+    dev, wl, metric, share, value, start, end = (intervals[c].to_numpy() for c in intervals.columns)
+    return dev, wl, metric, share, value, start, end
 
 
-def _metric_stats(pieces: pl.DataFrame, window: Window) -> pl.DataFrame:
-    """Per (ledger row ``rk``, metric): observed ``w``, ``wv`` (∫ value), ``w_idle``, ``v_max`` and,
-    for utilization metrics, the histogram ``h0…`` of observed time by bucket.
+def _pieces(
+    start: np.ndarray, end: np.ndarray, batch: _Batch
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Intervals ``[start, end)`` clipped to the window and cut at UTC hours: per piece, the
+    interval it comes from (``None``: piece ``i`` is interval ``i``, every one kept and none
+    crossing an hour), its hour and its milliseconds. Each interval's first piece comes in the
+    intervals' order, then the further pieces of those that cross an hour (few), in order."""
+    take: np.ndarray | None = None
+    if start.size and (start.min() < batch.start or end.max() > batch.end):
+        start, end = np.maximum(start, batch.start), np.minimum(end, batch.end)
+    kept = end > start
+    if not kept.all():
+        take = np.flatnonzero(kept)
+        start, end = start[take], end[take]
+    hour = start // HOUR_MS
+    hour_end = (hour + 1) * HOUR_MS
+    dur = np.minimum(end, hour_end) - start
+    crossing = np.flatnonzero(end > hour_end)
+    if crossing.size:
+        first, last = hour[crossing] + 1, (end[crossing] - 1) // HOUR_MS
+        counts = last - first + 1
+        at = np.repeat(crossing, counts)
+        more = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(len(at))
+        more_dur = np.minimum(end[at], (more + 1) * HOUR_MS) - more * HOUR_MS
+        source = take if take is not None else np.arange(len(start))
+        take = np.concatenate([source, source[at]])
+        hour, dur = np.concatenate([hour, more]), np.concatenate([dur, more_dur])
+    return take, hour, dur
+
+
+def _pack_row(batch: _Batch, dev: np.ndarray, hour: np.ndarray, wl: np.ndarray) -> np.ndarray:
+    """``batch.row_key`` of (device, hour, workload) columns, in NumPy."""
+    key = batch.row_key
+    return (dev << key.shift_of("dev")) | (hour << key.shift_of("hour")) | wl
+
+
+def _metric_stats(
+    rk: np.ndarray,
+    metric: np.ndarray,
+    value: np.ndarray,
+    dur: np.ndarray,
+    share: np.ndarray | None,
+    window: Window,
+) -> pl.DataFrame:
+    """Per (ledger row ``rk``, gauge metric): observed ``w``, ``wv`` (∫ value), ``w_idle``,
+    ``v_max`` and, for utilization metrics, the histogram ``h0…`` of observed time by bucket.
 
     The pieces come in chain order, so a (row, metric) is a few long runs of consecutive pieces
     (a workload or an hour changes rarely): each run is summed in one pass of NumPy's ``reduceat``
     (the histogram by ``bincount`` on run × bucket), and only the runs — thousands, not millions —
     are grouped. A hash group-by of every piece by (row, metric, bucket) took most of this time.
+    Runs of a metric that is no gauge (the energy counter, carried along) are dropped.
     """
     hist_cols = [f"h{i}" for i in range(_N_BUCKETS)]
-    if pieces.is_empty():
+    if rk.size == 0:
         floats = {c: pl.Float64 for c in ["w", "wv", "w_idle", *hist_cols, "v_max"]}
         return pl.DataFrame(schema={"rk": pl.Int64, "metric": pl.Int64, **floats})
-    group = (pieces["rk"] * _N_METRICS + pieces["metric"]).to_numpy()
-    value = pieces["value"].to_numpy()
-    w = pieces["dur_ms"].to_numpy() * pieces["share"].to_numpy()
-    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
-    run = np.cumsum(np.concatenate(([False], group[1:] != group[:-1])))
+    group = rk * _N_METRICS + metric
+    new_run = np.empty(len(group), dtype=bool)
+    new_run[0] = True
+    np.not_equal(group[1:], group[:-1], out=new_run[1:])
+    starts = np.flatnonzero(new_run)
+    w = dur * share if share is not None else dur.astype(np.float64)
     runs: dict[str, np.ndarray] = {
         "g": group[starts],
         "w": np.add.reduceat(w, starts),
@@ -575,12 +682,17 @@ def _metric_stats(pieces: pl.DataFrame, window: Window) -> pl.DataFrame:
         "w_idle": np.add.reduceat(np.where(value < window.idle_threshold_pct, w, 0.0), starts),
         "v_max": np.maximum.reduceat(value, starts),
     }
+    util = np.flatnonzero(_IS_UTIL[metric])
+    # The run of each utilization piece, and its bucket: ``searchsorted`` on the inner edges.
+    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group))))[util]
     edges = np.asarray(HIST_EDGES_PCT[1:-1], dtype=np.float64)
-    util = np.isin(pieces["metric"].to_numpy(), _UTIL_CODES)
     bucket = np.minimum(np.searchsorted(edges, value[util], side="right"), _N_BUCKETS - 1)
-    hist = np.bincount(run[util] * _N_BUCKETS + bucket, weights=w[util], minlength=len(starts) * _N_BUCKETS)
+    hist = np.bincount(run * _N_BUCKETS + bucket, weights=w[util], minlength=len(starts) * _N_BUCKETS)
     hist = hist.reshape(len(starts), _N_BUCKETS)
     runs.update({f"h{i}": hist[:, i] for i in range(_N_BUCKETS)})
+    gauge_runs = _IS_GAUGE[runs["g"] % _N_METRICS]
+    if not gauge_runs.all():
+        runs = {name: column[gauge_runs] for name, column in runs.items()}
     return (
         pl.DataFrame(runs)
         .group_by("g")
