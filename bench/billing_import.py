@@ -1,8 +1,8 @@
 """Benchmark: importing one month of a large organisation's AWS CUR 2.0 (issue 5).
 
-    .venv/bin/python bench/billing_import.py [--rows 1000000] [--gzip] [--repeat 2] [--chunk-rows 20000]
-        [--postgres postgresql://postgres@127.0.0.1:5432/postgres] [--skip-sqlite] [--skip-parse]
-        [--profile-reprice] [--profile-import]
+    .venv/bin/python bench/billing_import.py [--rows 1000000] [--format csv|parquet] [--gzip] [--repeat 2]
+        [--chunk-rows 20000] [--postgres postgresql://postgres@127.0.0.1:5432/postgres] [--skip-sqlite]
+        [--skip-parse] [--skip-reprice] [--reimport] [--profile-reprice] [--profile-import]
 
 Generates (NumPy/Polars, seeded, so the same arguments give the same bytes) a CUR 2.0 CSV of
 September 2025 at HOURLY granularity with the fixture's columns
@@ -25,6 +25,14 @@ Each phase runs in a child process of its own, so its peak RSS (``VmHWM``) is th
 2. ``import``: ``ingest_billing`` into a freshly migrated database, re-pricing hook disabled;
 3. ``reprice``: ``service.billing.rates.reprice`` over the month on the imported database (no
    metrics are ingested, so every billed GPU instance-hour becomes an unmonitored-spend row).
+
+``--reimport`` (PostgreSQL) imports the same file a second time into the same database and checks
+that the stored lines, their billed and effective sums are unchanged (a re-import is a no-op).
+On PostgreSQL the import row's notes give ``server_cpu_s``: CPU seconds of the server processes
+serving the benchmark's database (read from ``/proc``: the server must run on this machine), so
+a figure taken on a shared, loaded machine still says what the import cost the server.
+``--format parquet`` writes the month as CUR 2.0 Parquet (times as UTC timestamps, numbers as
+doubles, ``product`` and ``resource_tags`` as JSON text) instead of CSV.
 
 (2) and (3) run on SQLite (a file under ``--workdir``) and, with ``--postgres ADMIN_URL``, on a
 database created on that server for the run and dropped afterwards. ``--profile-reprice`` runs
@@ -435,8 +443,8 @@ def generate(rows: int, gpu_share: float, seed: int) -> tuple[pl.DataFrame, dict
 
 def cur_file(args: argparse.Namespace) -> tuple[Path, dict[str, int]]:
     """The generated file (cached by its arguments) and what is in it."""
-    name = f"cur2_2025-09_hourly_{args.rows}_s{args.seed}_g{args.gpu_share:g}.csv"
-    name += ".gz" if args.gzip else ""
+    name = f"cur2_2025-09_hourly_{args.rows}_s{args.seed}_g{args.gpu_share:g}.{args.format}"
+    name += ".gz" if args.gzip and args.format == "csv" else ""
     path = Path(args.workdir) / "cur" / name
     meta = path.with_name(path.name + ".json")
     if path.exists() and meta.exists():
@@ -446,8 +454,16 @@ def cur_file(args: argparse.Namespace) -> tuple[Path, dict[str, int]]:
     frame, info = generate(args.rows, args.gpu_share, args.seed)
     t1 = time.perf_counter()
     tmp = path.with_name(path.name + ".part")
-    compression = "gzip" if args.gzip else "uncompressed"
-    frame.write_csv(tmp, float_scientific=False, compression=compression, check_extension=False)
+    if args.format == "parquet":
+        # as a CUR 2.0 Parquet export types them: times as UTC timestamps, numbers as doubles
+        times = [c for c in frame.columns if c.endswith(("_date", "_time")) and frame[c].dtype == pl.String]
+        frame = frame.with_columns(
+            pl.col(c).str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_zone="UTC", time_unit="ms") for c in times
+        )
+        frame.write_parquet(tmp, compression="snappy", row_group_size=100_000)
+    else:
+        compression = "gzip" if args.gzip else "uncompressed"
+        frame.write_csv(tmp, float_scientific=False, compression=compression, check_extension=False)
     tmp.rename(path)
     info |= {"bytes": path.stat().st_size, "generate_s": round(t1 - t0, 2),
              "write_s": round(time.perf_counter() - t1, 2)}  # fmt: skip
@@ -502,8 +518,11 @@ def run_phase(args: argparse.Namespace) -> None:
         engine = make_engine(args.db)
         call = (ingest_billing, engine, SOURCE, connector, START, END)
         result = _profiled(args.profile, *call, after_import=lambda *a: None)
+        server = _server_cpu_s(engine)
         engine.dispose()
         detail = {"lines": result.accepted, "refused": result.refused, "status": str(result.status)}
+        if server is not None:
+            detail["server_cpu_s"] = round(server, 1)
     elif args.phase == "reprice":
         from sqlalchemy import func, select
 
@@ -527,6 +546,30 @@ def run_phase(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps({"wall": wall, "cpu": cpu, "peak_mb": _rss_mb("VmHWM"),
                                   "ru_maxrss_mb": cpu1.ru_maxrss / 1024,
                                   "base_mb": base, **detail}))  # fmt: skip
+
+
+def _server_cpu_s(engine: object) -> float | None:
+    """PostgreSQL on this machine: CPU seconds of the server processes serving the benchmark's
+    database (its pooled connections live until the engine is disposed; a server shared with other
+    work is not counted). None elsewhere."""
+    from sqlalchemy import text
+
+    if engine.dialect.name != "postgresql":  # type: ignore[attr-defined]
+        return None
+    with engine.connect() as conn:  # type: ignore[attr-defined]
+        pids = (
+            conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"))
+            .scalars()
+            .all()
+        )
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None  # another machine's server
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def child(phase: str, file: Path, db: str, args: argparse.Namespace, profile: str | None = None) -> dict:
@@ -566,7 +609,7 @@ def machine() -> str:
 
 def _row(run: int, phase: str, db: str, r: dict) -> str:
     rate = r["lines"] / r["wall"] if r["wall"] else float("nan")
-    notes = ("batches", "resources", "rates", "unmonitored_rows")
+    notes = ("server_cpu_s", "batches", "resources", "rates", "unmonitored_rows")
     extra = ", ".join(f"{k} {r[k]:,}" for k in notes if k in r)
     if r.get("refused"):
         extra += f", REFUSED {r['refused']:,}"
@@ -582,6 +625,7 @@ def main() -> None:
     parser.add_argument("--gpu-share", type=float, default=0.15)
     parser.add_argument("--seed", type=int, default=2025)
     parser.add_argument("--gzip", action="store_true")
+    parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the generated file")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--chunk-rows", type=int, default=20_000)  # AwsCurConfig.chunk_rows' default
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gpu-ledger-bench"))
@@ -590,6 +634,8 @@ def main() -> None:
     parser.add_argument("--skip-parse", action="store_true")
     parser.add_argument("--profile-reprice", action="store_true", help="also: reprice under cProfile")
     parser.add_argument("--profile-import", action="store_true", help="also: import under cProfile (SQLite)")
+    parser.add_argument("--reimport", action="store_true", help="PostgreSQL: import the same file again")
+    parser.add_argument("--skip-reprice", action="store_true")
     parser.add_argument("--phase", choices=["parse", "import", "reprice"], help=argparse.SUPPRESS)
     parser.add_argument("--file", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -636,7 +682,8 @@ def main() -> None:
                 for suffix in ("-wal", "-shm"):
                     if Path(f"{db_path}{suffix}").exists():
                         shutil.copyfile(f"{db_path}{suffix}", f"{copy}{suffix}")
-            print(_row(run, "reprice", "SQLite", child("reprice", path, url, args)), flush=True)
+            if not args.skip_reprice:
+                print(_row(run, "reprice", "SQLite", child("reprice", path, url, args)), flush=True)
             for p in work.glob(f"{db_path.name}*"):
                 p.unlink()
         if args.postgres:
@@ -648,7 +695,14 @@ def main() -> None:
             try:
                 migrate(url)
                 print(_row(run, "import", "PostgreSQL", child("import", path, url, args)), flush=True)
-                print(_row(run, "reprice", "PostgreSQL", child("reprice", path, url, args)), flush=True)
+                if args.reimport:
+                    before = _stored(url)
+                    print(_row(run, "re-import", "PostgreSQL", child("import", path, url, args)), flush=True)
+                    after = _stored(url)
+                    print(f"stored lines, Σ billed, Σ effective, max id: before {before}, after {after}")
+                    assert before[:3] == after[:3], "re-importing the same file changed the stored lines"
+                if not args.skip_reprice:
+                    print(_row(run, "reprice", "PostgreSQL", child("reprice", path, url, args)), flush=True)
             finally:
                 with admin.connect() as conn:
                     conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -664,6 +718,21 @@ def main() -> None:
         _print_profile("import (fresh SQLite file)", path, f"sqlite:///{db_path}", args, phase="import")
         for p in work.glob(f"{db_path.name}*"):
             p.unlink()
+
+
+def _stored(url: str) -> tuple[object, ...]:
+    """What ``billing_line`` holds: lines, Σ billed, Σ effective cost, the largest id."""
+    from sqlalchemy import text
+
+    from service.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = "SELECT count(*), sum(billed_cost), sum(effective_cost), max(id) FROM billing_line"
+            return tuple(conn.execute(text(query)).one())
+    finally:
+        engine.dispose()
 
 
 def _print_profile(what: str, path: Path, url: str, args: argparse.Namespace, phase: str = "reprice") -> None:

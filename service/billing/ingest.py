@@ -85,6 +85,7 @@ from service.billing import currency_mix, health, store
 from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
+from service.billing.keyhashes import KeyHashes
 from service.billing.prefetch import Prefetched
 from service.dbtypes import table_of
 from service.ledger import version as ledger_version
@@ -313,6 +314,14 @@ class _Unit:
     written: int = 0
     first_start: dt.datetime | None = None
     last_end: dt.datetime | None = None
+    #: PostgreSQL, a unit with a billing period: its own table (store.UnitTable), and the hashes
+    #: of the keys written to it (across its files: the driver checks within a file)
+    table: store.UnitTable | None = None
+    hashes: KeyHashes | None = None
+
+    @property
+    def sparing(self) -> tuple[int, ...]:
+        return self.table.sparing if self.table is not None else ()
 
 
 class _Importer:
@@ -383,7 +392,7 @@ class _Importer:
             quality.delete_files(unit.conn, self.source, new_files)
             self.run_files.update(new_files)
         lines, cut = quality.cut_long_text(lines, _CUT, name)
-        lines, refused = self._check(unit.conn, lines)
+        lines, refused = self._check(unit, lines)
         summary.read += batch.read
         summary.skipped += batch.skipped
         for reason, n in batch.skipped_reasons.items():
@@ -397,7 +406,12 @@ class _Importer:
         if batch.findings or cut:
             summary.finding_list = merge_findings([*summary.finding_list, *batch.findings, *cut])
         currency_mix.count(lines, summary.currencies)
-        unit.written += store.insert_lines(unit.conn, self.source, lines)
+        if unit.table is not None:
+            unit.written += store.copy_lines(unit.conn, unit.table, self.source, lines)
+            assert unit.hashes is not None, "a unit table has its key hashes"
+            unit.hashes.add(KeyHashes.of(lines["line_key"]))
+        else:
+            unit.written += store.insert_lines(unit.conn, self.source, lines)
         store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
         if lines.height:
             start, end = lines["charge_start"].min(), lines["charge_end"].max()
@@ -412,6 +426,9 @@ class _Importer:
             unit = _Unit(key, period, conn, store.begin_import(conn))
             # A period met again later in the run (not one after another) is appended to: its
             # first run of batches already replaced it.
+            if period is not None and key not in self.done and conn.dialect.name == "postgresql":
+                unit.table, unit.hashes = store.begin_unit_table(conn, self.source, period), KeyHashes()
+                self._replaced(store.replaced_by_unit(conn, unit.table))
             if period is not None and key not in self.done:
                 self._delete(unit, period=period, files=())
                 quality.delete_period_files(conn, self.source, period[0])
@@ -422,12 +439,16 @@ class _Importer:
         return unit
 
     def _delete(self, unit: _Unit, *, period: Period | None, files: Sequence[str]) -> None:
-        deleted = store.delete_lines(unit.conn, self.source, period=period, files=files)
+        self._replaced(
+            store.delete_lines(unit.conn, self.source, period=period, files=files, sparing=unit.sparing)
+        )
+
+    def _replaced(self, deleted: store.Deleted) -> None:
         self.replaced += deleted.lines
         if deleted.first_start and deleted.last_end:
             self.periods.append((deleted.first_start, deleted.last_end))
 
-    def _check(self, conn: Connection, lines: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
+    def _check(self, unit: _Unit, lines: pl.DataFrame) -> tuple[pl.DataFrame, list[RefusedRow]]:
         rules: list[tuple[str, str, pl.Expr]] = [
             (c, "a required value is missing", pl.col(c).is_null()) for c in REQUIRED
         ]
@@ -461,7 +482,12 @@ class _Importer:
         # A key some stored line already has: one of this run (an earlier batch, committed or in
         # this transaction) — "first on" it — or one outside what this run replaces.
         keys = tagged.filter(pl.col("line_key").is_not_null())["line_key"].unique()
-        stored = store.existing_keys(conn, self.source, keys)
+        stored = store.existing_keys(unit.conn, self.source, keys, sparing=unit.sparing)
+        if unit.table is not None and unit.hashes is not None and unit.hashes.count:
+            # earlier batches of the unit are in its table, not yet in billing_line
+            candidates = keys.filter(pl.Series(unit.hashes.seen(KeyHashes.of(keys))))
+            found = store.unit_keys(unit.conn, unit.table, candidates)
+            stored = pl.concat([stored, found]).unique("line_key", keep="first", maintain_order=True)
         stored = stored.rename({"source_file": "_seen_file", "line_no": "_seen_line"}).with_columns(
             pl.col("_seen_file").is_in(sorted(self.run_files)).alias("_in_run")
         )
@@ -541,6 +567,8 @@ class _Importer:
                     now,
                 )
             store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
+            if unit.table is not None:
+                store.finish_unit_table(unit.conn, unit.table)
             ledger_version.bump(unit.conn)  # lines, findings and files change answers
             unit.conn.commit()
         finally:

@@ -8,11 +8,13 @@ one file) in one transaction, so a reader sees either the old import or the new 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select
+from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text
 
 from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
 from service.dbtypes import table_of
@@ -31,6 +33,8 @@ _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
+#: Bytes written to COPY at a time.
+_COPY_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +50,11 @@ def delete_lines(
     *,
     period: tuple[dt.datetime, dt.datetime] | None = None,
     files: Sequence[str] = (),
+    sparing: Sequence[int] = (),
 ) -> Deleted:
     """Delete ``source``'s lines charged in ``period`` (start in ``[start, end)``) and those of
-    ``files``; what was deleted (count and charge span, for re-pricing)."""
+    ``files``; what was deleted (count and charge span, for re-pricing). ``sparing``: tables
+    (``tableoid``) left alone — a unit table the import replaces whole (:class:`UnitTable`)."""
     clauses = []
     if period is not None:
         clauses.append(and_(_LINES.c.charge_start >= period[0], _LINES.c.charge_start < period[1]))
@@ -57,12 +63,20 @@ def delete_lines(
     if not clauses:
         return Deleted(0, None, None)
     scope = and_(_LINES.c.source == source, or_(*clauses))
+    if sparing:
+        scope = and_(scope, _not_in_tables(sparing))
     count, first, last = conn.execute(
         select(func.count(), func.min(_LINES.c.charge_start), func.max(_LINES.c.charge_end)).where(scope)
     ).one()
     if count:
         conn.execute(delete(_LINES).where(scope))
     return Deleted(int(count), _aware(first), _aware(last))
+
+
+def _not_in_tables(oids: Sequence[int]) -> TextClause:
+    return text("CAST(billing_line.tableoid AS bigint) <> ALL(CAST(:sparing AS bigint[]))").bindparams(
+        sparing=[int(oid) for oid in oids]
+    )
 
 
 def _aware(value: dt.datetime | str | None) -> dt.datetime | None:
@@ -96,9 +110,12 @@ def end_import(conn: Connection, old: int | None) -> None:
         conn.exec_driver_sql(f"PRAGMA cache_size={old}")
 
 
-def existing_keys(conn: Connection, source: str, keys: Sequence[str] | pl.Series) -> pl.DataFrame:
+def existing_keys(
+    conn: Connection, source: str, keys: Sequence[str] | pl.Series, *, sparing: Sequence[int] = ()
+) -> pl.DataFrame:
     """Lines of ``source`` stored under ``keys`` — including lines this connection inserted
-    earlier in its open transaction: ``line_key``, ``source_file``, ``line_no``.
+    earlier in its open transaction: ``line_key``, ``source_file``, ``line_no``. ``sparing``
+    (PostgreSQL): unit tables whose lines do not count (the import replaces them whole).
 
     One join per call, whatever the number of keys: the keys go into a temporary table — by
     ``COPY`` on PostgreSQL, one ``executemany`` on SQLite — joined on the ``(source, line_key)``
@@ -109,7 +126,7 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str] | pl.Series
     if probe.is_empty():
         return pl.DataFrame(schema=schema)
     if conn.dialect.name == "postgresql":
-        found = _probe_postgresql(conn, source, probe)
+        found = _probe_postgresql(conn, source, probe, sparing)
         return pl.DataFrame(found, schema=schema, orient="row")
     unique = probe.to_list()
     if conn.dialect.name == "sqlite":
@@ -143,7 +160,9 @@ def existing_keys(conn: Connection, source: str, keys: Sequence[str] | pl.Series
     return pl.DataFrame(found, schema=schema, orient="row")
 
 
-def _probe_postgresql(conn: Connection, source: str, keys: pl.Series) -> list[tuple[object, ...]]:
+def _probe_postgresql(
+    conn: Connection, source: str, keys: pl.Series, sparing: Sequence[int] = ()
+) -> list[tuple[object, ...]]:
     """``keys`` COPYed into a temporary table (dropped at the transaction's end), joined to
     ``billing_line``. The probe is analyzed so the planner knows its size: with a default guess it
     may hash the whole of ``billing_line`` instead of looking each key up in the unique index."""
@@ -153,8 +172,9 @@ def _probe_postgresql(conn: Connection, source: str, keys: pl.Series) -> list[tu
     conn.exec_driver_sql(f"ANALYZE {_PROBE}")
     rows = conn.exec_driver_sql(
         f"SELECT l.line_key, l.source_file, l.line_no FROM {_PROBE} AS k"
-        " JOIN billing_line AS l ON l.line_key = k.line_key WHERE l.source = %(source)s",
-        {"source": source},
+        " JOIN billing_line AS l ON l.line_key = k.line_key WHERE l.source = %(source)s"
+        " AND l.tableoid::bigint <> ALL(CAST(%(sparing)s AS bigint[]))",
+        {"source": source, "sparing": [int(oid) for oid in sparing]},
     ).all()
     return [tuple(r) for r in rows]
 
@@ -233,3 +253,147 @@ def insert_rejections(conn: Connection, run_id: int, source: str, refused: Seque
 
 def _cut(text: str | None, length: int) -> str | None:
     return text if text is None or len(text) <= length else text[: length - 1] + "…"
+
+
+# --- unit tables: a billing period's lines loaded bare, indexed once, then inherited (PostgreSQL) ---
+
+#: Schema of the unit tables (so tools listing ``public``, Alembic's drift check among them, see
+#: the one logical table ``billing_line``).
+UNIT_SCHEMA = "billing_line_parts"
+#: ``maintenance_work_mem`` of the index builds at a unit's end: a 10 M-line month's keys sort in
+#: memory instead of in temporary files (the server's default is 64 MB).
+INDEX_BUILD_MEMORY = "256MB"
+
+
+_INDEX_DEFINITION = re.compile(
+    r"CREATE (?P<unique>UNIQUE )?INDEX \S+ ON (?:ONLY )?(?:public\.)?billing_line (?P<using>USING .+)", re.S
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitTable:
+    """A billing period's lines, imported into a table of their own (PostgreSQL).
+
+    ``billing_line``'s six indexes, maintained row by row, cost PostgreSQL twice the CPU and WAL
+    of the rows themselves on a 1 M-line month, and more as the indexes outgrow the server's
+    buffers (3 M lines took 1,061 s). So a period's lines are COPYed into a new table with the
+    same columns and no index (``name``, in :data:`UNIT_SCHEMA`), its indexes are built once by
+    sorting when the last batch is in, and it joins ``billing_line`` by table inheritance (``ALTER
+    TABLE … INHERIT``: SHARE UPDATE EXCLUSIVE on the parent, which readers do not wait for).
+    Queries on ``billing_line`` read its rows; nothing else changes for them. ``replaced``: the
+    tables of the same source and period an earlier import made (``tableoid``, name), dropped
+    when this one joins — all in the import's transaction, so a reader sees the old lines until
+    it commits.
+    """
+
+    name: str  # schema-qualified, quoted
+    oid: int
+    replaced: tuple[tuple[int, str], ...]
+
+    @property
+    def sparing(self) -> tuple[int, ...]:
+        """What the import's deletes and duplicate checks leave alone: the tables it replaces."""
+        return tuple(oid for oid, _ in self.replaced)
+
+
+def unit_prefix(source: str, period_start: dt.datetime) -> str:
+    """The name every unit table of ``source``'s period starts with (a hash: names are ≤ 63 bytes)."""
+    digest = hashlib.sha1(f"{source}|{period_start.isoformat()}".encode()).hexdigest()[:20]
+    return f"bl_{digest}_"
+
+
+def begin_unit_table(conn: Connection, source: str, period: tuple[dt.datetime, dt.datetime]) -> UnitTable:
+    """Create the new, index-free table of ``source``'s ``period`` and find the ones it replaces."""
+    prefix = unit_prefix(source, period[0])
+    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{UNIT_SCHEMA}"')
+    old = conn.execute(
+        text(
+            "SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relkind = 'r' AND starts_with(c.relname, :prefix) "
+            "ORDER BY c.relname"
+        ),
+        {"schema": UNIT_SCHEMA, "prefix": prefix},
+    ).all()
+    generation = 1 + max((int(str(name).rsplit("_", 1)[1]) for _, name in old), default=0)
+    name = f'"{UNIT_SCHEMA}"."{prefix}{generation}"'
+    # LIKE copies the columns, NOT NULLs, defaults (the id sequence: ids keep growing in import
+    # order) and CHECKs; no index, no unique key yet.
+    conn.exec_driver_sql(
+        f"CREATE TABLE {name} (LIKE public.billing_line INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+    )
+    what = (
+        f"billing lines of {source!r}, billing period from {period[0].isoformat()} to {period[1].isoformat()}"
+    )
+    quoted = what.replace("'", "''")
+    conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS '{quoted}'")
+    oid = int(conn.execute(text("SELECT CAST(to_regclass(:t) AS oid)"), {"t": name}).scalar_one())
+    replaced = tuple((int(o), f'"{UNIT_SCHEMA}"."{n}"') for o, n in old)
+    return UnitTable(name, oid, replaced)
+
+
+def replaced_by_unit(conn: Connection, unit: UnitTable) -> Deleted:
+    """The lines of the tables ``unit`` replaces (count and charge span, for re-pricing)."""
+    count, first, last = 0, None, None
+    for _, name in unit.replaced:
+        n, lo, hi = conn.exec_driver_sql(
+            f"SELECT count(*), min(charge_start), max(charge_end) FROM ONLY {name}"
+        ).one()
+        count += int(n)
+        if lo is not None:
+            first = lo if first is None else min(first, lo)
+            last = hi if last is None else max(last, hi)
+    return Deleted(count, _aware(first), _aware(last))
+
+
+def unit_keys(conn: Connection, unit: UnitTable, keys: pl.Series) -> pl.DataFrame:
+    """Lines of ``unit``'s table (earlier batches of the import) under ``keys``: ``line_key``,
+    ``source_file``, ``line_no``. The table has no index until the end, so this reads it whole:
+    it is asked only about keys whose 64-bit hash an earlier batch of the unit had
+    (``service.billing.keyhashes``), which a CUR in parts almost never repeats."""
+    schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
+    if keys.is_empty():
+        return pl.DataFrame(schema=schema)
+    rows = conn.exec_driver_sql(
+        f"SELECT line_key, source_file, line_no FROM {unit.name} WHERE line_key = ANY(%(keys)s)",
+        {"keys": keys.to_list()},
+    ).all()
+    return pl.DataFrame([tuple(r) for r in rows], schema=schema, orient="row")
+
+
+def finish_unit_table(conn: Connection, unit: UnitTable) -> None:
+    """Build ``unit``'s indexes (those ``billing_line`` has, whatever migrations added), analyze
+    it, drop the tables it replaces and make it a child of ``billing_line``."""
+    definitions = conn.execute(
+        text("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'billing_line'")
+    ).scalars()
+    conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+    for definition in definitions:
+        # "CREATE [UNIQUE] INDEX name ON public.billing_line USING …": the same on the unit table
+        # (named by PostgreSQL: index names are per schema)
+        found = _INDEX_DEFINITION.fullmatch(str(definition))
+        assert found is not None, f"an index definition as pg_get_indexdef writes it: {definition}"
+        conn.exec_driver_sql(f"CREATE {found['unique'] or ''}INDEX ON {unit.name} {found['using']}")
+    conn.exec_driver_sql(f"ANALYZE {unit.name}")
+    for _, name in unit.replaced:
+        conn.exec_driver_sql(f"DROP TABLE {name}")
+    conn.exec_driver_sql(f"ALTER TABLE {unit.name} INHERIT public.billing_line")
+
+
+def copy_lines(conn: Connection, unit: UnitTable, source: str, lines: pl.DataFrame) -> int:
+    """COPY ``lines`` (``BILLING_SCHEMA``) into ``unit``'s table as ``source``'s; the number copied."""
+    if lines.is_empty():
+        return 0
+    frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
+    frame = frame.with_columns(bulk.pg_time(c) for c in _TIMES)
+    names = ", ".join(f'"{c}"' for c in frame.columns)
+    data = frame.write_csv(include_header=False)
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection in use has its driver connection"
+    cursor = driver.cursor()
+    try:
+        with cursor.copy(f"COPY {unit.name} ({names}) FROM STDIN (FORMAT csv)") as copy:
+            for i in range(0, len(data), _COPY_BLOCK):
+                copy.write(data[i : i + _COPY_BLOCK])
+    finally:
+        cursor.close()
+    return frame.height

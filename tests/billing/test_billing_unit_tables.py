@@ -1,0 +1,187 @@
+"""PostgreSQL: a billing period's lines go into a table of their own (store.UnitTable), COPYed bare,
+indexed once at the end and joined to ``billing_line`` by inheritance; what readers and re-imports
+see is what they saw when every line went into ``billing_line`` itself."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import numpy as np
+import polars as pl
+import pytest
+from billing_fakes import OCT, SEP, FakeBillingConfig, FakeBillingSource, batch, usage
+from sqlalchemy import Connection, Engine, text
+
+from connectors.base import RetriableError
+from connectors.billing import BillingBatch
+from service.billing import store
+from service.billing.ingest import BillingImportResult, ingest_billing
+from service.billing.keyhashes import KeyHashes
+from service.db import make_engine
+
+NOW = dt.datetime(2025, 10, 3, tzinfo=dt.UTC)
+AUG = dt.datetime(2025, 8, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Engine]:
+    engine = make_engine(pg_url)
+    with engine.begin() as conn:  # the session database is shared: start from no lines, no unit table
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{store.UNIT_SCHEMA}" CASCADE')
+        conn.exec_driver_sql("TRUNCATE billing_line, billing_file, rejection RESTART IDENTITY CASCADE")
+    yield engine
+    engine.dispose()
+
+
+def part(n: int, keys: list[str], period: tuple[dt.datetime, dt.datetime] = (SEP, OCT)) -> BillingBatch:
+    day = period[0].replace(day=n)
+    rows = [usage(k, charge_start=day, charge_end=day + dt.timedelta(days=1)) for k in keys]
+    found = batch(f"s3://cur/{period[0]:%Y-%m}/a1/part-{n}.csv", rows, assembly_id="a1")
+    found.period_start, found.period_end = period
+    return found
+
+
+def run(engine: Engine, *batches: BillingBatch, start: dt.datetime = SEP) -> BillingImportResult:
+    src = FakeBillingSource(FakeBillingConfig(name="bills", type="fakebills"), batches=list(batches))  # type: ignore[arg-type]
+    return ingest_billing(engine, "bills", src, start, OCT, clock=lambda: NOW, after_import=lambda e, p: None)
+
+
+def unit_tables(conn: Connection) -> dict[str, int]:
+    """Unit table name → its lines (children of billing_line only)."""
+    names = conn.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'public.billing_line'::regclass ORDER BY 1"
+        )
+    ).scalars()
+    return {
+        str(n): int(conn.exec_driver_sql(f'SELECT count(*) FROM "{store.UNIT_SCHEMA}"."{n}"').scalar_one())
+        for n in names
+    }
+
+
+def keys(conn: Connection) -> list[tuple[str, str, int]]:
+    rows = conn.exec_driver_sql("SELECT line_key, source_file, line_no FROM billing_line ORDER BY id")
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+@pytest.mark.postgres
+def test_a_period_lands_in_its_own_table_with_billing_lines_indexes(pg: Engine) -> None:
+    result = run(pg, part(1, ["a", "b"]), part(2, ["c"]))
+    assert (result.accepted, result.refused) == (3, 0)
+    with pg.connect() as conn:
+        tables = unit_tables(conn)
+        assert list(tables.values()) == [3]
+        (name,) = tables
+        assert name == store.unit_prefix("bills", SEP) + "1"
+        assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
+        # ids in import order, as paging by id expects
+        assert keys(conn) == [
+            ("a", "s3://cur/2025-09/a1/part-1.csv", 2),
+            ("b", "s3://cur/2025-09/a1/part-1.csv", 3),
+            ("c", "s3://cur/2025-09/a1/part-2.csv", 2),
+        ]
+        indexes = "SELECT regexp_replace(indexdef, '^.* USING ', '') FROM pg_indexes WHERE tablename = :t"
+        parent = sorted(conn.execute(text(indexes), {"t": "billing_line"}).scalars())
+        child = sorted(conn.execute(text(indexes), {"t": name}).scalars())
+        assert child == parent and len(parent) >= 6
+        unique = conn.execute(
+            text("SELECT count(*) FROM pg_indexes WHERE tablename = :t AND indexdef LIKE 'CREATE UNIQUE%'"),
+            {"t": name},
+        ).scalar_one()
+        assert unique >= 2  # id, (source, line_key)
+
+
+@pytest.mark.postgres
+def test_reimporting_a_period_replaces_its_table_and_changes_nothing(pg: Engine) -> None:
+    run(pg, part(1, ["a", "b"]), part(2, ["c"]))
+    with pg.connect() as conn:
+        before = keys(conn)
+    again = run(pg, part(1, ["a", "b"]), part(2, ["c"]))
+    assert (again.accepted, again.refused, again.lines_replaced) == (3, 0, 3)
+    with pg.connect() as conn:
+        assert keys(conn) == before
+        tables = unit_tables(conn)
+    assert tables == {store.unit_prefix("bills", SEP) + "2": 3}
+
+
+@pytest.mark.postgres
+def test_a_key_stored_in_another_periods_table_is_refused_as_already_imported(pg: Engine) -> None:
+    run(pg, part(1, ["a", "b"]))
+    result = run(pg, part(3, ["b", "x"], (AUG, SEP)), start=AUG)
+    assert (result.accepted, result.refused) == (1, 1)
+    with pg.connect() as conn:
+        reason = conn.exec_driver_sql("SELECT reason FROM rejection").scalar_one()
+        assert reason == (
+            "duplicated line item id 'b': already imported from line 3 of s3://cur/2025-09/a1/part-1.csv"
+        )
+        assert sorted(unit_tables(conn).values()) == [1, 2]
+
+
+@pytest.mark.postgres
+def test_hash_hits_are_checked_by_their_text(pg: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key given the same hash: each is a candidate, looked up exactly in the unit table, so
+    distinct keys all land and only the true repeat across parts is refused, naming the first."""
+    monkeypatch.setattr(KeyHashes, "of", staticmethod(lambda keys: np.zeros(len(keys), dtype=np.uint64)))
+    result = run(pg, part(1, ["a", "b"]), part(2, ["c", "b"]), part(3, ["d"]))
+    assert (result.accepted, result.refused) == (4, 1)
+    with pg.connect() as conn:
+        reason = conn.exec_driver_sql("SELECT reason FROM rejection").scalar_one()
+        assert reason == "duplicated line item id 'b': first on line 3 of s3://cur/2025-09/a1/part-1.csv"
+        assert [k for k, _, _ in keys(conn)] == ["a", "b", "c", "d"]
+
+
+@pytest.mark.postgres
+def test_an_interrupted_period_leaves_the_old_table_and_no_new_one(pg: Engine) -> None:
+    run(pg, part(1, ["a"]))
+
+    class Failing:
+        def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+            yield part(1, ["new"])
+            raise RetriableError("connection reset")
+
+    with pytest.raises(RetriableError):
+        ingest_billing(pg, "bills", Failing(), SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)  # type: ignore[arg-type]
+    with pg.connect() as conn:
+        assert unit_tables(conn) == {store.unit_prefix("bills", SEP) + "1": 1}
+        assert [k for k, _, _ in keys(conn)] == ["a"]
+
+
+@pytest.mark.postgres
+def test_a_period_met_again_in_the_run_and_files_without_one_go_to_billing_line(pg: Engine) -> None:
+    """The unit table is for a period's first run of batches; a period met again later appends to
+    billing_line itself (its table was already committed), as do files without a period."""
+    no_period = batch("gcp/2025-09-03.jsonl", [usage("g1")], period=False)
+    result = run(pg, part(1, ["a"]), part(4, ["x"], (AUG, SEP)), part(2, ["b"]), no_period, start=AUG)
+    assert (result.accepted, result.refused) == (4, 0)
+    with pg.connect() as conn:
+        only = (
+            conn.exec_driver_sql("SELECT line_key FROM ONLY billing_line ORDER BY line_key").scalars().all()
+        )
+        assert only == ["b", "g1"]
+        assert sorted(unit_tables(conn).values()) == [1, 1]
+
+
+def test_key_hashes_find_exactly_the_keys_added_before() -> None:
+    hashes = KeyHashes()
+    seen: set[str] = set()
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        batch_keys = pl.Series([f"k{i}" for i in rng.integers(0, 3000, size=int(rng.integers(0, 200)))])
+        got = hashes.seen(KeyHashes.of(batch_keys))
+        assert got.tolist() == [k in seen for k in batch_keys.to_list()]
+        hashes.add(KeyHashes.of(batch_keys))
+        seen.update(batch_keys.to_list())
+    assert hashes.count >= len(seen)
+
+
+def test_sqlite_keeps_every_line_in_billing_line(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        result = run(engine, part(1, ["a", "b"]), part(2, ["c", "b"]))
+        assert (result.accepted, result.refused) == (3, 1)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM billing_line").scalar_one() == 3
+    finally:
+        engine.dispose()
