@@ -1,7 +1,7 @@
 """What the bill says beside the ledger's cost: billed and list amounts of cloud rows priced from
 bills, and the billing account of each cloud account.
 
-The ledger stores one cost per row: the *effective* cost (DESIGN §4, docs/billing.md "From a bill
+The ledger stores one cost per row: the *effective* cost (docs/design.md §4, docs/billing.md "From a bill
 to the ledger"): re-pricing splits each resource-hour's effective bill share over its device rows
 and keeps the resource-hour's rates — effective, billed and list per GPU-hour of ``max(B, P)`` —
 as ``GpuRate`` rows of kind ``billing`` scoped to the instance. A row's billed (list) amount is

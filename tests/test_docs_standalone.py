@@ -1,0 +1,45 @@
+"""The repository's docs stand alone: no file points at the session's shared folder or at design
+notes outside the repository (DESIGN.md, FORMATS.md, STYLE.md, TESTING.md live in docs/ as
+design.md, formats.md, testing.md)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A reference to something outside the repository, or to the design notes by their old names.
+OUTSIDE = re.compile(
+    r"\.\./shared\b|/work/shared\b|(?<![\w/.])(?:DESIGN|FORMATS|STYLE|TESTING)\.md\b|(?<![\w/])DESIGN §"
+)
+#: Files that must mention the old names (this test itself).
+EXEMPT = {"tests/test_docs_standalone.py"}
+
+
+def tracked_text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    paths = [ROOT / p for p in out.decode().split("\0") if p and p not in EXEMPT]
+    return [p for p in paths if p.is_file() and p.suffix not in {".parquet", ".gz", ".zip", ".png", ".arrow"}]
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    hits = []
+    for path in tracked_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert hits == [], "\n".join(hits)
+
+
+def test_the_pattern_catches_each_old_reference() -> None:
+    for line in ("see DESIGN.md §2", "(DESIGN §4)", "../shared/fixtures", "/work/shared/FORMATS.md",
+                 "FORMATS.md §5", "(STYLE.md)", "TESTING.md's recipe"):  # fmt: skip
+        assert OUTSIDE.search(line), line
+    for line in ("docs/design.md §4", "[design.md §2](design.md)", "docs/formats.md §5", "_TIME_FORMATS"):
+        assert not OUTSIDE.search(line), line
