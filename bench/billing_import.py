@@ -441,8 +441,46 @@ def generate(rows: int, gpu_share: float, seed: int) -> tuple[pl.DataFrame, dict
     }
 
 
+def tiled_file(args: argparse.Namespace) -> tuple[Path, dict[str, int]]:
+    """``--tile N``: the seeded file of N rows written ``rows / N`` times over, each copy's line
+    item ids made its own (their last two hex digits set to the copy's number; the generated ids
+    differ in their first eight), so a month of ``rows`` lines costs a pass over bytes instead of a
+    generation in memory. Each resource-hour then has that many copies of its lines."""
+    copies = args.rows // args.tile
+    if copies * args.tile != args.rows or not 1 <= copies <= 256 or args.format != "csv" or args.gzip:
+        raise SystemExit("--tile: rows must be 1..256 times the tile, CSV, not gzip")
+    base, info = cur_file(argparse.Namespace(**{**vars(args), "rows": args.tile, "tile": None}))
+    path = base.with_name(base.name.replace(f"_{args.tile}_", f"_{args.rows}_tiled{copies}_"))
+    meta = path.with_name(path.name + ".json")
+    if path.exists() and meta.exists():
+        return path, json.loads(meta.read_text())
+    t0 = time.perf_counter()
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("wb") as out:
+        for copy in range(copies):
+            mark = b"%02x" % copy
+            with base.open("rb") as f:
+                header = f.readline()
+                if copy == 0:
+                    out.write(header)
+                while block := f.readlines(1 << 26):
+                    out.write(b"".join(line[:50] + mark + line[52:] for line in block))
+    tmp.rename(path)
+    scaled = {
+        k: v * copies
+        for k, v in info.items()
+        if k in ("rows", "gpu_rows", "savings_plan_fee_rows", "other_rows")
+    }
+    info = {**info, **scaled, "bytes": path.stat().st_size, "generate_s": info["generate_s"]}
+    info["write_s"] = round(time.perf_counter() - t0, 2)
+    meta.write_text(json.dumps(info))
+    return path, info
+
+
 def cur_file(args: argparse.Namespace) -> tuple[Path, dict[str, int]]:
     """The generated file (cached by its arguments) and what is in it."""
+    if getattr(args, "tile", None):
+        return tiled_file(args)
     name = f"cur2_2025-09_hourly_{args.rows}_s{args.seed}_g{args.gpu_share:g}.{args.format}"
     name += ".gz" if args.gzip and args.format == "csv" else ""
     path = Path(args.workdir) / "cur" / name
@@ -626,6 +664,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2025)
     parser.add_argument("--gzip", action="store_true")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the generated file")
+    parser.add_argument("--tile", type=int, help="generate this many rows, write them rows/tile times")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--chunk-rows", type=int, default=20_000)  # AwsCurConfig.chunk_rows' default
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gpu-ledger-bench"))
