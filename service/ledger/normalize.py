@@ -117,8 +117,8 @@ def normalize(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
     if batch.frame.is_empty():
         return _decode(_empty_row_frame(), batch)
     ordered = _order(batch)
-    presence, owners = _presence(batch, window, ordered)
-    gauges = _gauge_stats(batch, window, owners, ordered)
+    presence, owners, layout = _presence(batch, window, ordered)
+    gauges = _gauge_stats(batch, window, owners, ordered, layout)
     energy = _energy(batch, window, ordered)
     rows = presence.join(gauges, on="rk", how="left").join(energy, on="rk", how="left")
     return _decode(rows, batch)
@@ -277,6 +277,16 @@ class _Ordered:
     unique: pl.DataFrame  # one row per key: ``rows`` when nothing repeats
     repeated: bool  # some (device, metric, ts, workload) came more than once
     sliced: bool  # some (device, metric, ts) names several workloads (a time-sliced GPU)
+    starts: np.ndarray  # where each chain of ``rows`` begins
+
+
+def _chain_starts(k: np.ndarray, key: Packing) -> np.ndarray:
+    """Indices where a (device, metric) chain begins in keys ``k`` (in chain order)."""
+    chain = k >> key.shift_of("metric")
+    new_chain = np.empty(len(k), dtype=bool)
+    new_chain[:1] = True
+    np.not_equal(chain[1:], chain[:-1], out=new_chain[1:])
+    return np.flatnonzero(new_chain)
 
 
 def _order(batch: _Batch) -> _Ordered:
@@ -291,23 +301,21 @@ def _order(batch: _Batch) -> _Ordered:
     frame = batch.frame.with_columns(
         key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
     )
-    k = pl.col("k")
-    chain = key.prefix(k, "metric")
-    same_chain = (chain == chain.shift(1)).fill_null(False)
-    check = frame.select(
-        (same_chain & (k < k.shift(1))).any().alias("unsorted"),
-        (~same_chain).sum().alias("starts"),
-        chain.filter(~same_chain).n_unique().alias("chains"),
-    ).row(0, named=True)
-    if check["unsorted"] or check["starts"] != check["chains"]:
+    k = frame["k"].to_numpy()
+    starts = _chain_starts(k, key)
+    within = np.ones(len(k) - 1, dtype=bool)  # row i+1 continues row i's chain
+    within[starts[1:] - 1] = False
+    chains = k[starts] >> key.shift_of("metric")
+    if np.any(within & (k[1:] < k[:-1])) or len(np.unique(chains)) != len(chains):
         frame = frame.sort("k")
-    reading = key.prefix(k, "ts")
-    flags = frame.select(
-        (k == k.shift(1)).any().alias("repeated"),
-        ((reading == reading.shift(1)) & (k != k.shift(1))).any().alias("sliced"),
-    ).row(0, named=True)
-    unique = _dedupe(frame) if flags["repeated"] else frame
-    return _Ordered(frame, unique, bool(flags["repeated"]), bool(flags["sliced"]))
+        k = frame["k"].to_numpy()
+        starts = _chain_starts(k, key)
+    same = k[1:] == k[:-1]
+    repeated = bool(same.any())
+    reading = k >> key.shift_of("ts")
+    sliced = bool(np.any((reading[1:] == reading[:-1]) & ~same))
+    unique = _dedupe(frame) if repeated else frame
+    return _Ordered(frame, unique, repeated, sliced, starts)
 
 
 def _dedupe(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:
@@ -393,12 +401,17 @@ def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     )
 
 
-def _presence(batch: _Batch, window: Window, ordered: _Ordered) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Present milliseconds per ledger row, and per (dev, ts) reading the time the device's next
-    reading names other owners (``_owner_changes``)."""
+def _presence(
+    batch: _Batch, window: Window, ordered: _Ordered
+) -> tuple[pl.DataFrame, pl.DataFrame, _Layout | None]:
+    """Present milliseconds per ledger row; per (dev, ts) reading the time the device's next
+    reading names other owners (``_owner_changes``); the scrape's layout when regular."""
     key = batch.reading_key
     k = pl.col("k")
-    readings = None if ordered.repeated or ordered.sliced else _aligned_readings(ordered.rows, batch)
+    aligned = (
+        None if ordered.repeated or ordered.sliced else _aligned_readings(ordered.rows, batch, ordered.starts)
+    )
+    readings, layout = aligned if aligned is not None else (None, None)
     if readings is None:
         # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
         readings = (
@@ -428,53 +441,82 @@ def _presence(batch: _Batch, window: Window, ordered: _Ordered) -> tuple[pl.Data
     )
     pieces = _split_hours(intervals, batch)
     present = pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
-    return present, _owner_changes(readings, key.prefix(k, "ts"))
+    return present, _owner_changes(readings, key.prefix(k, "ts")), layout
 
 
-def _aligned_readings(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame | None:
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A scrape's regular layout: every chain ``width`` long and each device's ``chains`` chains
+    together, so row ``(g·chains + j)·width + p`` is reading ``g·width + p`` (device group ``g``,
+    chain ``j``)."""
+
+    chains: int
+    width: int
+
+
+def _aligned_readings(
+    rows: pl.DataFrame, batch: _Batch, starts: np.ndarray
+) -> tuple[pl.DataFrame, _Layout | None] | None:
     """The readings (dev, ts, wl, share = 1, next ts) without a group-by over every sample, when
     every metric of each device reports at the same times for the same owner — one scrape, all
     fields — so one chain per device holds all of them. ``None`` when that is not so.
 
-    ``rows`` is in chain order with one workload per (device, metric, ts) and no repeats; then each
-    reading has one owner and its share is 1 (as ``_shares`` makes a lone reading's), and chain
-    ``c`` of device ``d`` is aligned when it is as long as ``d``'s first chain and equal to it
-    row by row in ts and workload: slices compared (one matrix when all chains are as long, as
-    in a scrape), where the group-by hashes every sample.
+    ``rows`` is in chain order (chains beginning at ``starts``) with one workload per (device,
+    metric, ts) and no repeats; then each reading has one owner and its share is 1 (as ``_shares``
+    makes a lone reading's), and chain ``c`` of device ``d`` is aligned when it is as long as
+    ``d``'s first chain and equal to it row by row in ts and workload: slices compared (views of
+    one array when the layout is regular, as in a scrape), where the group-by hashes every sample.
+    With the readings comes the ``_Layout`` when it is regular.
     """
-    k = rows["k"].to_numpy()
     dev, ts, wl = rows["dev"].to_numpy(), rows["ts"].to_numpy(), rows["wl"].to_numpy()
-    chain = k >> batch.sample_key.shift_of("metric")
-    starts = np.flatnonzero(np.concatenate(([True], chain[1:] != chain[:-1])))
-    lengths = np.diff(np.append(starts, len(k)))
+    lengths = np.diff(np.append(starts, len(dev)))
     chain_dev = dev[starts]
-    first = np.full(int(chain_dev.max()) + 1, -1, dtype=np.int64)
-    first[chain_dev[::-1]] = np.arange(len(starts) - 1, -1, -1)  # each device's first chain
-    ref = first[chain_dev]
-    if not np.array_equal(lengths, lengths[ref]):
-        return None
-    is_ref = ref == np.arange(len(starts))
-    own, own_lengths = starts[is_ref], lengths[is_ref]  # the reference chains, one per device
-    if np.all(lengths == lengths[0]):  # the usual scrape: every chain as long, compared as a matrix
-        width = int(lengths[0])
+    layout = _regular(chain_dev, lengths)
+    if layout is not None:
+        groups = len(starts) // layout.chains
         for column in (ts, wl):
-            matrix = column.reshape(len(starts), width)
-            if not np.array_equal(matrix, matrix[ref]):
+            cube = column.reshape(groups, layout.chains, layout.width)
+            if not all(np.array_equal(cube[:, j], cube[:, 0]) for j in range(1, layout.chains)):
                 return None
-        take = (own[:, None] + np.arange(width)[None, :]).ravel()
+        take: np.ndarray | slice = (
+            (starts[:: layout.chains, None] + np.arange(layout.width)[None, :]).ravel()
+            if layout.chains > 1
+            else slice(None)
+        )
     else:
+        first = np.full(int(chain_dev.max()) + 1, -1, dtype=np.int64)
+        first[chain_dev[::-1]] = np.arange(len(starts) - 1, -1, -1)  # each device's first chain
+        ref = first[chain_dev]
+        if not np.array_equal(lengths, lengths[ref]):
+            return None
         for a, n, r in zip(starts, lengths, starts[ref], strict=True):
             if r != a and not (
                 np.array_equal(ts[a : a + n], ts[r : r + n]) and np.array_equal(wl[a : a + n], wl[r : r + n])
             ):
                 return None
+        is_ref = ref == np.arange(len(starts))
+        own, own_lengths = starts[is_ref], lengths[is_ref]  # the reference chains, one per device
         take = np.concatenate([np.arange(a, a + n) for a, n in zip(own, own_lengths, strict=True)])
     readings = pl.DataFrame({"dev": dev[take], "ts": ts[take], "wl": wl[take]}).with_columns(
         pl.lit(1.0).alias("share"),
         batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"),
     )
     same_dev = pl.col("dev").shift(-1) == pl.col("dev")
-    return readings.with_columns(pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next"))
+    return readings.with_columns(pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next")), layout
+
+
+def _regular(chain_dev: np.ndarray, lengths: np.ndarray) -> _Layout | None:
+    """The layout when every chain is as long and each device has as many chains, together."""
+    width = int(lengths[0])
+    if not np.all(lengths == width):
+        return None
+    per = int(np.count_nonzero(chain_dev == chain_dev[0]))
+    if len(chain_dev) % per:
+        return None
+    grid = chain_dev.reshape(-1, per)
+    if not np.all(grid == grid[:, :1]) or len(np.unique(grid[:, 0])) != len(grid):
+        return None
+    return _Layout(per, width)
 
 
 def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
@@ -506,7 +548,9 @@ def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
     return owners.select("dev", "ts", pl.when(until >= 0).then(until).alias("owners_until"))
 
 
-def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered) -> pl.DataFrame:
+def _gauge_stats(
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered, layout: _Layout | None
+) -> pl.DataFrame:
     """Per ledger row, each gauge's observed time and its value statistics.
 
     The intervals come as NumPy columns in chain order: computed with Polars when time-sliced
@@ -517,7 +561,7 @@ def _gauge_stats(batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _
     if ordered.sliced:
         columns = _sliced_gauge_intervals(batch, window, owners, ordered)
     else:
-        columns = _chain_gauge_intervals(batch, window, owners, ordered)
+        columns = _chain_gauge_intervals(batch, window, owners, ordered, layout)
     dev, wl, metric, share, value, start, end = columns
     take, hour, dur = _pieces(start, end, batch)
     if take is not None:
@@ -533,24 +577,35 @@ _IS_UTIL = np.isin(np.arange(_N_METRICS), _UTIL_CODES)
 _NO_CUT = np.iinfo(np.int64).max
 
 
-def _cut_times(
-    batch: _Batch, window: Window, owners: pl.DataFrame, dev: np.ndarray, ts: np.ndarray
-) -> np.ndarray | None:
-    """Per row, when its device's owners change within ``max_gap`` after its reading (else the
-    largest int64); None when no owner changes that soon. Usually few readings: they are found by
-    a set lookup of (device, ts) and joined alone."""
-    cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
+def _cut(
+    end: np.ndarray,
+    batch: _Batch,
+    window: Window,
+    owners: pl.DataFrame,
+    dev: np.ndarray,
+    ts: np.ndarray,
+    layout: _Layout | None = None,
+) -> None:
+    """End each row's interval (``end``, in place) where its device's owners change within
+    ``max_gap`` after its reading. Such readings are few: with a regular layout their rows are
+    computed from their positions, else found by a set lookup of (device, ts)."""
+    cuts = owners.with_row_index("r").filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
     if cuts.is_empty():
-        return None
-    at = pl.Series("r", _reading(batch, dev, ts))
-    cut_at = cuts.select(
-        (pl.col("dev").cast(pl.Int64) * (1 << _ts_bits(batch)) + pl.col("ts")).alias("r"), "owners_until"
-    )
-    rows = np.flatnonzero(at.is_in(cut_at["r"].implode()).to_numpy())
-    until = pl.DataFrame({"r": at.gather(rows)}).join(cut_at, on="r", how="left", maintain_order="left")
-    out = np.full(len(dev), _NO_CUT, dtype=np.int64)
-    out[rows] = until["owners_until"].to_numpy()
-    return out
+        return
+    if layout is not None:  # owners are in reading order: reading g·width + p
+        group, position = np.divmod(cuts["r"].to_numpy().astype(np.int64), layout.width)
+        first = group * layout.chains * layout.width + position
+        rows = (first[:, None] + np.arange(layout.chains)[None, :] * layout.width).ravel()
+        until = np.repeat(cuts["owners_until"].to_numpy(), layout.chains)
+    else:
+        at = pl.Series("r", _reading(batch, dev, ts))
+        cut_at = cuts.select(
+            (pl.col("dev").cast(pl.Int64) * (1 << _ts_bits(batch)) + pl.col("ts")).alias("r"), "owners_until"
+        )
+        rows = np.flatnonzero(at.is_in(cut_at["r"].implode()).to_numpy())
+        joined = pl.DataFrame({"r": at.gather(rows)}).join(cut_at, on="r", how="left", maintain_order="left")
+        until = joined["owners_until"].to_numpy()
+    end[rows] = np.minimum(end[rows], until)
 
 
 def _ts_bits(batch: _Batch) -> int:
@@ -563,22 +618,29 @@ def _reading(batch: _Batch, dev: np.ndarray, ts: np.ndarray) -> np.ndarray:
 
 
 def _chain_gauge_intervals(
-    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered, layout: _Layout | None
 ) -> _Columns:
     """Gauge intervals when nothing is time-sliced: each reading's chain successor is its next
     reading. Every sample is carried (no copy of the gauge rows); the energy counter's rows go
     through as well and are dropped with their sums (``_metric_stats``)."""
     rows = ordered.unique
+    starts = ordered.starts if not ordered.repeated else _chain_starts(rows["k"].to_numpy(), batch.sample_key)
     dev, metric, ts = rows["dev"].to_numpy(), rows["metric"].to_numpy(), rows["ts"].to_numpy()
     wl, value = rows["wl"].to_numpy(), rows["value"].to_numpy()
-    chain = rows["k"].to_numpy() >> batch.sample_key.shift_of("metric")
-    end = ts + window.max_gap_ms  # the cap; then the next reading of the chain when sooner
-    np.minimum(end[:-1], np.where(chain[1:] == chain[:-1], ts[1:], _NO_CUT), out=end[:-1])
-    until = _cut_times(batch, window, owners, dev, ts)
-    if until is not None:
-        np.minimum(end, until, out=end)
-    util = _IS_UTIL[metric]
-    value = np.where(util, np.clip(value, 0.0, 100.0), value) if util.any() else value
+    end = ts + window.max_gap_ms  # the cap; then the chain's next reading when sooner
+    np.minimum(end[:-1], ts[1:], out=end[:-1])
+    last = np.append(starts[1:] - 1, len(ts) - 1)  # a chain's last reading has no next one
+    end[last] = ts[last] + window.max_gap_ms
+    _cut(end, batch, window, owners, dev, ts, layout if not ordered.repeated else None)
+    # Utilization is read within [0, 100] %: clip the chains that leave it (rarely any).
+    util_chain = _IS_UTIL[metric[starts]]
+    if util_chain.any():
+        low, high = np.minimum.reduceat(value, starts), np.maximum.reduceat(value, starts)
+        out_of_range = np.flatnonzero(util_chain & ((low < 0.0) | (high > 100.0)))
+        if out_of_range.size:
+            value = value.copy()
+            for a, b in zip(starts[out_of_range], last[out_of_range] + 1, strict=True):
+                np.clip(value[a:b], 0.0, 100.0, out=value[a:b])
     return dev, wl, metric, None, value, ts, end
 
 
@@ -592,10 +654,6 @@ def _sliced_gauge_intervals(
     gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), chain).alias("next"))
     gauges = _shares(gauges, key.prefix(k, "ts"))
     cap = pl.col("ts") + window.max_gap_ms
-    until = _cut_times(batch, window, owners, gauges["dev"].to_numpy(), gauges["ts"].to_numpy())
-    if until is not None:
-        gauges = gauges.with_columns(pl.Series("owners_until", until))
-        cap = pl.min_horizontal(cap, pl.col("owners_until"))
     intervals = gauges.select(
         "dev",
         "wl",
@@ -608,7 +666,9 @@ def _sliced_gauge_intervals(
         pl.col("ts").alias("start"),
         pl.min_horizontal(pl.col("next").fill_null(cap), cap).alias("end"),
     )
-    dev, wl, metric, share, value, start, end = (intervals[c].to_numpy() for c in intervals.columns)
+    dev, wl, metric, share, value, start = (intervals[c].to_numpy() for c in intervals.columns[:-1])
+    end = intervals["end"].to_numpy().copy()
+    _cut(end, batch, window, owners, dev, start)
     return dev, wl, metric, share, value, start, end
 
 

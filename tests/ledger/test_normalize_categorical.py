@@ -88,11 +88,18 @@ def test_string_and_categorical_input_give_identical_ledgers(rows, which) -> Non
 @st.composite
 def scrapes(draw: st.DrawFn) -> list[tuple[str, int, str, float, str | None, float | None]]:
     rows = []
+    # Half the time every device reports the same metrics at the same times: the regular layout
+    # (every chain as long, each device's chains together) whose owner cuts come from positions.
+    shared = draw(st.booleans())
+    minutes = st.lists(st.integers(min_value=-H // M, max_value=4 * H // M), min_size=1, max_size=40)
+    times = draw(minutes)
+    metrics = draw(st.lists(st.sampled_from(METRICS), min_size=1, max_size=4, unique=True))
     for device in draw(
         st.lists(st.sampled_from(["GPU-2", "GPU-10", "A"]), min_size=1, max_size=3, unique=True)
     ):
-        times = draw(st.lists(st.integers(min_value=-H // M, max_value=4 * H // M), min_size=1, max_size=40))
-        metrics = draw(st.lists(st.sampled_from(METRICS), min_size=1, max_size=4, unique=True))
+        if not shared:
+            times = draw(minutes)
+            metrics = draw(st.lists(st.sampled_from(METRICS), min_size=1, max_size=4, unique=True))
         owners = draw(st.lists(st.sampled_from(["", "pod-a", "pod-b"]), min_size=1, max_size=3))
         for metric in metrics:
             for t in sorted(set(times)):
@@ -140,7 +147,8 @@ def test_a_scrape_takes_the_fast_paths_and_gives_the_hand_computed_rows() -> Non
     batch = normalize_module._encode(samples, WINDOW)
     ordered = normalize_module._order(batch)
     assert (ordered.repeated, ordered.sliced) == (False, False)
-    assert normalize_module._aligned_readings(ordered.rows, batch) is not None  # the fast presence
+    aligned = normalize_module._aligned_readings(ordered.rows, batch, ordered.starts)
+    assert aligned is not None and aligned[1] is not None  # the fast presence, a regular layout
     out = normalize(samples, WINDOW)
     assert out.select("device_id", "hour_index", "workload_key").rows() == [
         ("D", 0, "pod-a"),
