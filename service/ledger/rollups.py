@@ -10,10 +10,12 @@ time was unallocated; money is summed exactly (NUMERIC on PostgreSQL, integer na
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select, text
+from sqlalchemy import ColumnElement, Connection, Select, case, delete, func, insert, select, text
 
 from service.dbtypes import table_of
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
@@ -92,15 +94,30 @@ def _estimated(column: Any) -> ColumnElement[bool]:
 REBUILD_WORK_MEM = "64MB"
 
 
-def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
-    """Recompute ``ledger_group_hour`` and ``ledger_group_day`` for days ``[first_day, last_day]``."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text(f"SET LOCAL work_mem = '{REBUILD_WORK_MEM}'"))
-    conn.execute(  # by hour_index: the indexed column
-        delete(GROUP_HOUR).where(
-            GROUP_HOUR.c.hour_index >= first_day * 24, GROUP_HOUR.c.hour_index < (last_day + 1) * 24
-        )
-    )
+@contextlib.contextmanager
+def hash_grouping(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, the statements inside group by hashing, never by sorting (``enable_sort``
+    off, then back to what it was), with ``work_mem`` at :data:`REBUILD_WORK_MEM` for the rest of
+    the transaction.
+
+    Why: hours just written (a new month's partition, a backfill) have no statistics yet, so the
+    planner guesses a couple of rows and picks Sort + GroupAggregate — an external merge sort of
+    the wide rows on disk, 4.5× the hash plan's time (a week of 1,000 GPUs: 13.2 s vs 2.9 s). A
+    hash aggregate that outgrows its memory spills to disk by partition (PostgreSQL ≥ 13) and
+    still reads the rows once. On an error nothing is restored: the transaction rolls back, and its ``SET
+    LOCAL`` with it."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    sort = conn.execute(text("SELECT current_setting('enable_sort')")).scalar_one()
+    conn.execute(text(f"SET LOCAL work_mem = '{REBUILD_WORK_MEM}'"))
+    conn.execute(text("SET LOCAL enable_sort = off"))
+    yield
+    conn.execute(text("SELECT set_config('enable_sort', :sort, true)"), {"sort": sort})
+
+
+def hourly_select(first_day: int, last_day: int) -> Select[Any]:
+    """``ledger_group_hour``'s rows of days ``[first_day, last_day]``: ``ledger_hour`` grouped."""
     h = HOUR
     keys = [
         *[h.c[k] for k in GROUP_KEYS],
@@ -109,7 +126,7 @@ def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
         h.c.day_index,
         h.c.month_index,
     ]
-    hourly = (
+    return (
         select(
             *keys,
             func.count().label("hour_rows"),
@@ -120,6 +137,22 @@ def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
         .where(*hour_days(first_day, last_day))
         .group_by(*keys)
     )
+
+
+def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
+    """Recompute ``ledger_group_hour`` and ``ledger_group_day`` for days ``[first_day, last_day]``:
+    one statement per table over the whole range, however many days it spans."""
+    with hash_grouping(conn):
+        _rebuild(conn, first_day, last_day)
+
+
+def _rebuild(conn: Connection, first_day: int, last_day: int) -> None:
+    conn.execute(  # by hour_index: the indexed column
+        delete(GROUP_HOUR).where(
+            GROUP_HOUR.c.hour_index >= first_day * 24, GROUP_HOUR.c.hour_index < (last_day + 1) * 24
+        )
+    )
+    hourly = hourly_select(first_day, last_day)
     conn.execute(insert(GROUP_HOUR).from_select([c.name for c in hourly.selected_columns], hourly))
 
     conn.execute(

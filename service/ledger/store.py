@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 import polars as pl
-from sqlalchemy import Connection, Executable, Table, case, delete, func, insert, or_, select, text
+from sqlalchemy import Connection, Executable, Table, case, delete, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -132,8 +132,14 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
     ``ledger_day`` here, the group rollups by :func:`service.ledger.rollups.rebuild`. Every writer
     of ``ledger_hour`` calls this in its transaction, so none can forget one of the rollups."""
     retention.check_writable(conn, first_day)
-    if conn.dialect.name == "postgresql":  # group in memory, not by sorting wide rows on disk
-        conn.execute(text(f"SET LOCAL work_mem = '{rollups.REBUILD_WORK_MEM}'"))
+    with rollups.hash_grouping(conn):  # group in memory, not by sorting wide rows on disk
+        _rebuild_ledger_day(conn, first_day, last_day)
+        rollups.rebuild(conn, first_day, last_day)
+    segments.rebuild(conn, first_day, last_day)
+
+
+def _rebuild_ledger_day(conn: Connection, first_day: int, last_day: int) -> None:
+    """``ledger_day`` of days ``[first_day, last_day]``: one ``INSERT … SELECT … GROUP BY``."""
     hour, day = table_of(LedgerHour), table_of(LedgerDay)
     conn.execute(delete(day).where(day.c.day_index >= first_day, day.c.day_index <= last_day))
     keys = [hour.c.device_id, hour.c.day_index, hour.c.workload_key, hour.c.currency]
@@ -149,8 +155,6 @@ def rebuild_days(conn: Connection, first_day: int, last_day: int) -> None:
     query = select(*columns).where(*rollups.hour_days(first_day, last_day)).group_by(*keys)
     names = [c.name for c in query.selected_columns]
     conn.execute(insert(day).from_select(names, query))
-    rollups.rebuild(conn, first_day, last_day)
-    segments.rebuild(conn, first_day, last_day)
 
 
 def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo], seen: pl.DataFrame) -> None:

@@ -28,7 +28,7 @@ from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBa
 from service.db import make_engine
 from service.ledger.ingest import ingest_window
 from service.ledger.rollups import GROUP_KEYS, MAXED, SUMMED
-from service.models import GpuRate, LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
+from service.models import GpuRate, LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour, LedgerHourSegment
 
 H = 3_600_000
 DAY0 = dt.datetime(2026, 3, 1, 20, tzinfo=dt.UTC)  # the window crosses midnight (and nothing else)
@@ -167,7 +167,7 @@ def table_of_hour() -> Any:
 
 def _reset(engine: Engine) -> None:
     with engine.begin() as conn:
-        for model in (LedgerHour, LedgerDay, LedgerGroupHour, LedgerGroupDay, GpuRate):
+        for model in (LedgerHour, LedgerDay, LedgerGroupHour, LedgerGroupDay, LedgerHourSegment, GpuRate):
             conn.execute(model.__table__.delete())  # type: ignore[attr-defined]
     with Session(engine) as session:
         since = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -197,6 +197,13 @@ def _run(url: str, first: list[Any], later: list[tuple[tuple[int, int], list[Any
             start, end = DAY0 + dt.timedelta(hours=lo), DAY0 + dt.timedelta(hours=hi)
             ingest_window(engine, "replay", _Replay(_frame(rows)), start, end)
             assert_rollups_exact(engine)
+        # the same days rebuilt by one call (one statement per table over the range)
+        from service.ledger import store
+
+        first_day = int(DAY0.timestamp()) // 86_400
+        with engine.begin() as conn:
+            store.rebuild_days(conn, first_day, first_day + 1)
+        assert_rollups_exact(engine)
     finally:
         engine.dispose()
 
@@ -246,3 +253,113 @@ def test_rollups_equal_group_by_of_hours_sqlite(sqlite_url: str, first: list, la
 @given(first=samples_strategy, later=st.lists(st.tuples(windows, samples_strategy), max_size=2))
 def test_rollups_equal_group_by_of_hours_postgres(pg_url: str, first: list, later: list) -> None:
     _run(pg_url, first, later)
+
+
+# --- many days rebuilt at once --------------------------------------------------------------------
+
+RANGE_START = dt.datetime(2026, 3, 30, 18, tzinfo=dt.UTC)  # four UTC days, across a month's end
+RANGE_END = dt.datetime(2026, 4, 2, 6, tzinfo=dt.UTC)
+RANGE_DAYS = (int(RANGE_START.timestamp()) // 86_400, int(RANGE_END.timestamp() - 1) // 86_400)
+
+
+def _range_readings() -> list[tuple[Any, ...]]:
+    """Every device read every 11 minutes over the range; owners change every ~6 hours (jobs with
+    and without a project, unallocated time); utilization follows the minute."""
+    t0 = int(RANGE_START.timestamp() * 1000)
+    minutes = int((RANGE_END - RANGE_START).total_seconds()) // 60
+    owners = ("job-1", "job-2", "", "job-3")
+    return [
+        (d.device_id, t0 + m * 60_000, metric, float((m * 7 + i * 13) % 101), owners[(m // 370 + i) % 4], 1.0)
+        for i, d in enumerate(DEVICES)
+        for m in range(0, minutes, 11)
+        for metric in ("gpu_util", "sm_active", "power_w")
+    ]
+
+
+def _rollup_snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """Every rollup row (less its id) and every day segment's rows, in a stable order."""
+    from service.ledger import segments
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    with engine.connect() as conn:
+        for model in (LedgerDay, LedgerGroupHour, LedgerGroupDay):
+            table = model.__table__  # type: ignore[attr-defined]
+            rows = [{k: v for k, v in r._mapping.items() if k != "id"} for r in conn.execute(select(table))]
+            out[table.name] = sorted(rows, key=repr)
+        stored = conn.execute(select(segments.SEGMENT.c.day_index, segments.SEGMENT.c.arrow)).all()
+        out["segments"] = [
+            {"day": int(day), "rows": segments.decode(bytes(data)).to_dicts()} for day, data in sorted(stored)
+        ]
+    return out
+
+
+def _assert_same(got: dict[str, list[dict[str, Any]]], want: dict[str, list[dict[str, Any]]]) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        assert len(got[name]) == len(want[name]), name
+        for g, w in zip(got[name], want[name], strict=True):
+            assert g.keys() == w.keys(), name
+            for column, value in w.items():
+                if isinstance(value, float):
+                    assert math.isclose(g[column], value, rel_tol=1e-12, abs_tol=1e-9), (name, column)
+                else:
+                    assert g[column] == value, (name, column, g[column], value)
+
+
+@pytest.mark.parametrize("url_fixture", ["sqlite_url", pytest.param("pg_url", marks=pytest.mark.postgres)])
+def test_one_rebuild_of_many_days_equals_the_ingests_day_by_day(
+    url_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """``rebuild_days`` over four days (two months' partitions on PostgreSQL), from emptied
+    rollups, writes exactly what the ingest's day chunks wrote — ``ledger_day``, both group
+    rollups and the day segments — and the group rollups still equal the grouping of the hours."""
+    from service.ledger import store
+
+    engine = make_engine(request.getfixturevalue(url_fixture))
+    try:
+        _reset(engine)
+        ingest_window(engine, "replay", _Replay(_frame(_range_readings())), RANGE_START, RANGE_END)
+        assert_rollups_exact(engine)
+        by_day = _rollup_snapshot(engine)
+        assert len(by_day["segments"]) == 4 and len({r["month_index"] for r in by_day["ledger_day"]}) == 2
+        assert {r["currency"] for r in by_day["ledger_group_day"]} == {"EUR", "USD", None}
+        with engine.begin() as conn:
+            for model in (LedgerDay, LedgerGroupHour, LedgerGroupDay, LedgerHourSegment):
+                conn.execute(model.__table__.delete())  # type: ignore[attr-defined]
+        with engine.begin() as conn:
+            store.rebuild_days(conn, *RANGE_DAYS)
+        _assert_same(_rollup_snapshot(engine), by_day)
+        assert_rollups_exact(engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_rebuild_groups_fresh_hours_by_hashing_and_restores_enable_sort(pg_url: str) -> None:
+    """Hours just written have no statistics: inside ``hash_grouping`` the group rollup's plan is
+    a hash aggregate with no sort (the planner's guess of 2 rows chose an on-disk sort of the
+    wide rows); ``enable_sort`` is back to the caller's value after ``rebuild_days``."""
+    from sqlalchemy import text
+
+    from service.ledger import rollups, store
+
+    engine = make_engine(pg_url)
+    try:
+        _reset(engine)
+        ingest_window(engine, "replay", _Replay(_frame(_range_readings())), RANGE_START, RANGE_END)
+        hourly = rollups.hourly_select(*RANGE_DAYS).compile(
+            dialect=engine.dialect, compile_kwargs={"literal_binds": True}
+        )
+        with engine.begin() as conn:
+            with rollups.hash_grouping(conn):
+                plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {hourly}")))
+            assert conn.execute(text("SHOW enable_sort")).scalar() == "on"
+        assert "HashAggregate" in plan and "Sort" not in plan, plan
+        for caller in ("on", "off"):
+            with engine.begin() as conn:
+                conn.execute(text(f"SET LOCAL enable_sort = {caller}"))
+                store.rebuild_days(conn, *RANGE_DAYS)
+                assert conn.execute(text("SHOW enable_sort")).scalar() == caller
+                assert conn.execute(text("SHOW work_mem")).scalar() == rollups.REBUILD_WORK_MEM
+    finally:
+        engine.dispose()
