@@ -2,14 +2,14 @@
 
 One row per charge period — the ledger's UTC hour — × resource — the device (a GPU or a MIG
 instance; a cloud GPU's FOCUS ResourceId is its instance, the bill's resource) — × allocation (the
-project, team, user, namespace and workload that held it, or nobody): exactly the rows of the
-``cost`` export under ``SEPARATE`` grouped by every dimension per hour, so the same scope rules
-apply (a project- or team-scoped caller gets its own rows) and Σ EffectiveCost per currency equals
-``cost``'s total for the window. Unpriced time (no rate, no TCO site) has no cost to state and is
-left out: FOCUS costs may not be null, and 0 would be a placeholder (FOCUS "Null Handling").
+workload that held it, with its project, team, user and namespace, or nobody): one per priced
+``ledger_hour`` row, under the same access rules as every answer (a project- or team-scoped caller
+gets its own rows), so Σ EffectiveCost per currency equals GraphQL ``cost``'s total for the window.
+Unpriced time (no rate, no TCO site) has no cost to state and is left out: FOCUS costs may not be
+null, and 0 would be a placeholder (FOCUS "Null Handling").
 
-Built column-wise: one grouped SELECT (read by :func:`service.analytics.frames.read_frame`), the
-bill's rates of the cloud instances in it, then polars expressions (:mod:`service.export.focus_columns`).
+Built column-wise: one SELECT of the ledger rows (read by :func:`service.analytics.frames.read_frame`),
+the bill's rates of the cloud instances in it, then polars expressions (:mod:`service.export.focus_columns`).
 Parameters: the common window, filters and ``fields``; ``focusVersion`` (``1.0`` or ``1.2``,
 default 1.2). ``groupBy`` is refused: FOCUS rows are fixed.
 """
@@ -19,22 +19,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 import polars as pl
-from sqlalchemy import Connection
+from sqlalchemy import ColumnElement, Connection, Float, cast, func, select, type_coerce
 
 from service.analytics import frames
 from service.analytics.dims import Dimension, Granularity
 from service.analytics.paging import Page
-from service.analytics.query import grouped_select
-from service.analytics.usage import usage_measures
-from service.analytics.window import money_sum
 from service.export.arguments import ExportArgs, ParameterError
 from service.export.focus_columns import DEFAULT_VERSION, VERSIONS, columns, focus_frame
 from service.export.focus_rates import billing_accounts, billing_rates, nanos, with_bill_amounts
 from service.export.formats import Format
 from service.export.questions import ExportContext, Question, register
+from service.money import Money
 from service.pricing.rates import BILLING_KIND
+from service.timeutil import HOUR_S
 
-#: Every dimension, so each row is one (hour, device, allocation).
+#: The ledger dimensions every row carries.
 ROW_KEYS = tuple(Dimension)
 EXTRA_KEYS = ("instance_id", "mig_profile", "currency", "rate_source")
 
@@ -62,24 +61,33 @@ class FocusQuestion(Question):
 
 
 def ledger_rows(conn: Connection, args: ExportArgs, page: Page) -> pl.DataFrame:
-    """The priced (hour, device, allocation) rows of the window, the caller's scope and filter."""
+    """The priced ledger rows of the window, the caller's scope and filter: one per (hour, device,
+    workload key), read as they are stored — no GROUP BY (each is one FOCUS row), in the order of
+    the (hour, device) index, so the database streams them instead of hashing and sorting."""
     q = replace(args.query, granularity=Granularity.HOUR, group_by=ROW_KEYS)
-    src = q.source()
-    measures = [
-        money_sum(src.c.cost).label("cost"),
-        money_sum(src.c.idle_cost).label("idle_cost"),
-        *usage_measures(src, None),
-    ]
-    extra = [src.c[k].label(k) for k in EXTRA_KEYS]
-    stmt = grouped_select(src, q, measures, extra, free=src.c.workload_key == "").where(
-        src.c.cost.is_not(None)
+    src = q.source(per_device=True, rollup=False)
+    c = src.c
+
+    def gpu_hours(seconds: str) -> ColumnElement[float]:
+        return cast(c[seconds] * c.gpu_fraction, Float) / float(HOUR_S)
+
+    stmt = (
+        select(
+            c.hour_index.label(frames.PERIOD),
+            *(c[d.column].label(d.name.lower()) for d in ROW_KEYS),
+            *(c[k].label(k) for k in EXTRA_KEYS),
+            c.cost.label("cost"),
+            type_coerce(func.coalesce(c.idle_cost, 0), Money).label("idle_cost"),
+            gpu_hours("present_s").label("gpu_hours"),
+            gpu_hours("busy_s").label("effective_gpu_hours"),
+            gpu_hours("idle_s").label("idle_gpu_hours"),
+            c.default_metric.label("metric"),
+        )
+        .where(c.cost.is_not(None))
+        .order_by(c.hour_index, c.device_id, c.workload_key)
     )
     raw = frames.read_frame(conn, stmt, page)
-    return raw.with_columns(
-        frames.period_start(Granularity.HOUR),
-        pl.col(frames.PERIOD).alias("h"),
-        frames.metric_label(None, "min_default_metric", "max_default_metric").alias("metric"),
-    )
+    return raw.with_columns(frames.period_start(Granularity.HOUR), pl.col(frames.PERIOD).alias("h"))
 
 
 def build(conn: Connection, args: ExportArgs, page: Page, _context: ExportContext) -> pl.DataFrame:
