@@ -17,6 +17,7 @@ default 1.2). ``groupBy`` is refused: FOCUS rows are fixed.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import polars as pl
 from sqlalchemy import ColumnElement, Connection, Float, cast, func, select, type_coerce
@@ -68,7 +69,7 @@ def ledger_rows(conn: Connection, args: ExportArgs, page: Page) -> pl.DataFrame:
     src = q.source(per_device=True, rollup=False)
     c = src.c
 
-    def gpu_hours(seconds: str) -> ColumnElement[float]:
+    def gpu_hours(seconds: str) -> ColumnElement[Any]:
         return cast(c[seconds] * c.gpu_fraction, Float) / float(HOUR_S)
 
     stmt = (
