@@ -35,11 +35,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import uvicorn
+from browser.demo_bills import write_bills
 from sqlalchemy import Engine
 
 from connectors.registry import default_registry
 from service.app import create_app
 from service.auth.tokens import TokenStore
+from service.billing.ingest import ingest_billing
 from service.bootstrap import sync_config
 from service.db import make_engine, migrate
 from service.demo import with_demo
@@ -88,6 +90,13 @@ def _build_demo_database(path: Path) -> None:
         ingest_window(
             engine, "demo", connector, DEMO_START, DEMO_END, sites=settings.sites, clock=lambda: ran_at
         )
+        # A week of AWS bills (FOCUS) through the billing importer, which reprices those instances.
+        bills = write_bills(path.parent / f"{path.stem}-bills", DEMO_START, DEMO_DAYS)
+        focus = default_registry().build(
+            default_registry().validate({"name": "aws-bills", "type": "focus", "path": str(bills)})
+        )
+        result = ingest_billing(engine, "aws-bills", focus, DEMO_START, DEMO_END, clock=lambda: ran_at)
+        assert result.status == "OK" and result.refused == 0, result
         with engine.connect() as conn:  # fold the WAL in: the file alone is the database
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

@@ -64,7 +64,7 @@ def test_every_data_path_needs_the_token(live_server: LiveServer) -> None:
             assert r.status_code == 401, (method, path, headers, r.text)
             assert "demo" not in r.text and "Traceback" not in r.text
     answer = httpx.post(f"{live_server.url}/graphql", json=DATA_PATHS[0][2], headers=live_server.headers)
-    assert answer.json() == {"data": {"connectors": [{"name": "demo"}]}}
+    assert answer.json() == {"data": {"connectors": [{"name": "aws-bills"}, {"name": "demo"}]}}
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_demo_on_loopback_needs_no_token(page: Any, anonymous_server: str) -> No
     wait_for(page)
     assert page.get_attribute("html", "data-anonymous-read") == "true"
     assert page.is_hidden("#token-form")
-    assert page.locator('[data-table="connectors"] tbody tr').count() == 1
+    assert page.locator('[data-table="connectors"] tbody tr').count() == 2
 
 
 def test_a_project_token_sees_its_project_only(page: Any, live_server: LiveServer) -> None:

@@ -35,5 +35,8 @@ def test_data_needs_the_token(live_server: LiveServer) -> None:
     query = {"query": "{ connectors { name } }"}
     refused = httpx.post(f"{live_server.url}/graphql", json=query, timeout=30)
     assert refused.status_code == 401
-    assert live_server.gql("{ connectors { name } }")["connectors"] == [{"name": "demo"}]
+    assert live_server.gql("{ connectors { name } }")["connectors"] == [
+        {"name": "aws-bills"},
+        {"name": "demo"},
+    ]
     assert live_server.url.startswith(f"http://{ALLOWED_HOST}:")

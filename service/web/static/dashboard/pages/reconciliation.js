@@ -65,7 +65,7 @@ export async function render({ params, window, navigate }) {
       { dataset: { key: `${r.provider}|${r.account}|${r.day}`, status: r.status } },
       h("th", { scope: "row" }, r.provider ?? "—"),
       h("td", {}, r.account ?? "—"),
-      h("td", {}, r.day ?? "—"),
+      h("td", { class: "nowrap" }, r.day ?? "—"),
       cell("billedGpuHours", r.billedGpuHours, gpuHours(r.billedGpuHours)),
       cell("meteredGpuHours", r.meteredGpuHours, gpuHours(r.meteredGpuHours)),
       cell("gpuHoursVariancePct", r.gpuHoursVariancePct, r.gpuHoursVariancePct === null ? "—" : `${number(r.gpuHoursVariancePct, 1)} %`),
