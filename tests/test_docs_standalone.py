@@ -43,3 +43,34 @@ def test_the_pattern_catches_each_old_reference() -> None:
         assert OUTSIDE.search(line), line
     for line in ("docs/design.md §4", "[design.md §2](design.md)", "docs/formats.md §5", "_TIME_FORMATS"):
         assert not OUTSIDE.search(line), line
+
+
+def design_sections() -> dict[int, int]:
+    """docs/design.md's sections (``## N. …``) → how many numbered items each has (``N.`` lines)."""
+    sections: dict[int, int] = {}
+    current = None
+    for line in (ROOT / "docs" / "design.md").read_text().splitlines():
+        if m := re.match(r"## (\d+)\. ", line):
+            current = int(m[1])
+            sections[current] = 0
+        elif current is not None and re.match(rf"{sections[current] + 1}\. ", line):
+            sections[current] += 1
+    return sections
+
+
+def test_every_design_citation_names_a_section_that_exists() -> None:
+    """``docs/design.md §3.6`` in a docstring must point at section 3, item 6."""
+    sections = design_sections()
+    assert sorted(sections) == list(range(1, 9))
+    bad = []
+    for path in tracked_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for cite in re.findall(r"design\.md §(\d+(?:\.\d+)?(?:–\d+)?)", text):
+            for part in cite.split("–"):
+                section, _, item = part.partition(".")
+                if int(section) not in sections or (item and int(item) > sections[int(section)]):
+                    bad.append(f"{path.relative_to(ROOT)}: §{cite}")
+    assert bad == []
