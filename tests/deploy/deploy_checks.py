@@ -3,8 +3,11 @@ and ``GPU_LEDGER_*`` variables against the settings they claim to set."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +133,25 @@ def connector_models(settings: Any) -> dict[str, type]:
         c.name.upper().replace("-", "_").replace(".", "_"): registry.connector_class(c.type).config_model
         for c in settings.connectors
     }
+
+
+@contextlib.contextmanager
+def health_server(ok_paths: set[str]) -> Iterator[int]:
+    """A local HTTP server answering 200 on ``ok_paths`` and 404 elsewhere; yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(200 if self.path in ok_paths else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from deploy_checks import ROOT, connector_models, unknown_ledger_vars
+from deploy_checks import ROOT, connector_models, health_server, unknown_ledger_vars
 from sqlalchemy.engine import make_url
 
 from service.demo import with_demo
@@ -104,3 +106,20 @@ def test_unknown_ledger_vars_names_misspelt_and_unknown_keys() -> None:
         "GPU_LEDGER_CACHE__MAX_B",
         "GPU_LEDGER_CONNECTORS__DEMO__SEED",
     ]
+
+
+def test_ledger_healthcheck_command_passes_only_when_readyz_answers() -> None:
+    """Runs the healthcheck's own command against a local server on $PORT."""
+    command = list(LEDGER["healthcheck"]["test"][1:])
+    assert command[0] == "python"
+    command[0] = "python3"
+    with health_server({"/readyz"}) as port:
+        env = {"PATH": os.environ["PATH"], "PORT": str(port)}
+        assert subprocess.run(command, env=env, capture_output=True, timeout=30).returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        env["PORT"] = str(s.getsockname()[1])  # nothing listens there
+    assert subprocess.run(command, env=env, capture_output=True, timeout=30).returncode != 0
+    with health_server({"/healthz"}) as port:  # alive but not ready: unhealthy
+        env["PORT"] = str(port)
+        assert subprocess.run(command, env=env, capture_output=True, timeout=30).returncode != 0

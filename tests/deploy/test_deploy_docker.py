@@ -3,18 +3,16 @@ the demo, and a health check on the port the service listens on ($PORT)."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import re
 import shlex
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deploy_checks import ROOT
+from deploy_checks import ROOT, health_server
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
@@ -68,23 +66,10 @@ def healthcheck_command() -> list[str]:
     return __import__("json").loads(exec_form)
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        self.send_response(200 if self.path == "/healthz" else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def health_server() -> Iterator[int]:
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+def health_port() -> Iterator[int]:
+    with health_server({"/healthz"}) as port:
+        yield port
 
 
 def free_port() -> int:
@@ -93,12 +78,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_healthcheck_asks_healthz_on_the_port_in_the_environment(health_server: int) -> None:
+def test_healthcheck_asks_healthz_on_the_port_in_the_environment(health_port: int) -> None:
     """Runs the HEALTHCHECK's own command: healthy on $PORT, unhealthy where nothing listens."""
     command = healthcheck_command()
     assert command[0] == "python"
     command[0] = "python3"
-    env = {"PATH": os.environ["PATH"], "PORT": str(health_server)}
+    env = {"PATH": os.environ["PATH"], "PORT": str(health_port)}
     assert subprocess.run(command, env=env, capture_output=True, timeout=30).returncode == 0
     env["PORT"] = str(free_port())
     assert subprocess.run(command, env=env, capture_output=True, timeout=30).returncode != 0
