@@ -5,10 +5,11 @@ group rollups.
         [--mid-day-hours 7] [--repeat 30] [--compare]
 
 Creates a throwaway PostgreSQL database on 127.0.0.1:5432 (or uses --database-url), migrates it,
-loads gpus × days × 24 device-hours of ledger rows with COPY (one in five device-hours split
-between two workloads, so ~1.2 rows per device-hour), builds every rollup (``ledger_day`` and the
-group rollups) with the same ``store.rebuild_days`` the ingestor runs, day by day as an ingest
-would, starts ``gpu-ledger serve`` on it as a separate process and times each question over HTTP
+writes gpus × days × 24 device-hours of ledger rows (one in five device-hours split between two
+workloads, so ~1.2 rows per device-hour) as the metrics ingest writes them, a week a transaction
+(``bench/dashboard_scale.py``'s loader: ``store.upsert_devices``, ``store.replace_hours`` by COPY,
+``store.rebuild_days`` over the week, ``ledger_version.bump``), starts ``gpu-ledger serve`` on it
+as a separate process and times each question over HTTP
 from this process (median and p95 of --repeat runs after 3 warm-ups):
 
 * ``cost(groupBy:[PROJECT])`` over the last --window-days whole UTC days;
@@ -19,6 +20,9 @@ from this process (median and p95 of --repeat runs after 3 warm-ups):
 ``--compare`` also starts a second server whose analytics never choose the group rollups (the
 device-level path: ``ledger_day`` + ``ledger_hour`` edges, as before them) and alternates the two
 servers request by request, so both see the same machine load; it prints the ratio.
+
+A fleet too big to load for every run (10,000 GPUs) is loaded once and measured many times with
+``bench/dashboard_scale.py load`` / ``measure`` (same rows, same questions).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +52,6 @@ from sqlalchemy import text
 
 from service.db import make_engine, migrate
 from service.ledger import rollups
-from service.ledger.partitions import ensure_months
-from service.ledger.store import rebuild_days
 from service.models import LedgerHour
 
 # A server that never reads the group rollups: today's path before them (bench only).
@@ -61,8 +64,8 @@ DEVICE_LEVEL_SERVER = (
 HOUR_S = 3600
 PROJECTS = [f"project-{i:02d}" for i in range(40)]
 TEAMS = [f"team-{i:02d}" for i in range(12)]
-ENVIRONMENTS = np.array(["onprem", "aws", "gcp", "azure"])
-MODELS = np.array(["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A10G", "NVIDIA H100 80GB HBM3"])
+ENVIRONMENTS = ["onprem", "aws", "gcp", "azure"]
+MODELS = ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A10G", "NVIDIA H100 80GB HBM3"]
 
 COST_BY_PROJECT = """query($w: TimeWindow!){ cost(window:$w, groupBy:[PROJECT]) {
         project cost { amount currency } idleCost { amount } gpuHours } }"""
@@ -74,6 +77,21 @@ EFFECTIVE_COST = """query($w: TimeWindow!){ effectiveCost(window:$w) {
 
 
 def ledger_rows(gpus: int, start_hour: int, hours: int, seed: int = 11) -> pl.DataFrame:
+    """:func:`ledger_frame` with money as ``NUMERIC``-ready Decimals (what :func:`load` COPYs)."""
+    return (
+        ledger_frame(gpus, start_hour, hours, seed)
+        .with_columns(
+            (pl.col("cost_nanos").cast(pl.Decimal(24, 9)) / 1_000_000_000).alias("cost"),
+            (pl.col("idle_cost_nanos").cast(pl.Decimal(24, 9)) / 1_000_000_000).alias("idle_cost"),
+        )
+        .drop("cost_nanos", "idle_cost_nanos")
+    )
+
+
+def ledger_frame(gpus: int, start_hour: int, hours: int, seed: int = 11) -> pl.DataFrame:
+    """Ledger rows of ``gpus`` devices over ``hours`` hours from ``start_hour``, built column-wise,
+    money as integer nanos (``cost_nanos``, ``idle_cost_nanos``: the pricing step's output, what
+    ``store.replace_hours`` takes); the devices' attributes are :func:`device_attributes`'."""
     rng = np.random.default_rng(seed)
     device = np.repeat(np.arange(gpus), hours)
     hour = np.tile(np.arange(start_hour, start_hour + hours), gpus)
@@ -87,32 +105,37 @@ def ledger_rows(gpus: int, start_hour: int, hours: int, seed: int = 11) -> pl.Da
     util = rng.beta(2, 2, n)
     idle = np.where(rng.random(n) < 0.15, present, 0.0)
     busy = np.where(idle > 0, 0.0, present * util)
-    env = ENVIRONMENTS[row_device % 4]
-    rate_nanos = np.select(
-        [env == "onprem", env == "aws", env == "gcp"],
-        [2_100_000_000, 6_880_000_000, 11_060_000_000],
-        12_290_000_000,
-    )
+    env_index = row_device % 4  # ENVIRONMENTS' and MODELS' index
+
+    def by_env(values: Sequence[str | None]) -> pl.Series:
+        # strings gathered by index: a numpy string array converts to Polars slowly (3.6 s a week)
+        return pl.Series(list(values), dtype=pl.String).gather(env_index)
+
+    rate_nanos = np.array([2_100_000_000, 6_880_000_000, 11_060_000_000, 12_290_000_000])[env_index]
     cost = (rate_nanos * present / HOUR_S).round().astype(np.int64)
     project_index = (row_device * 7 + second * 3 + (row_hour // 24) % 5) % len(PROJECTS)
     unallocated = (rng.random(n) < 0.05) & ~second
-    workload_key = np.where(unallocated, "", np.char.add("k8s:job-", project_index.astype(str)))
+    # strings made by Polars (np.char is a Python loop per element: 48 s of 2 M rows)
+    workload_key = pl.select(
+        pl.when(pl.lit(unallocated))
+        .then(pl.lit(""))
+        .otherwise(pl.format("k8s:job-{}", pl.lit(project_index)))
+        .alias("workload_key")
+    ).to_series()
     frame = pl.DataFrame(
         {
             "source": "bench",
-            "device_id": np.char.add("GPU-", row_device.astype(str)),
+            "device_id": pl.select(pl.format("GPU-{}", pl.lit(row_device))).to_series(),
             "workload_key": workload_key,
-            "environment": env,
-            "provider": pl.Series(env).replace("onprem", None),
-            "region": np.where(env == "onprem", "dc1", "region-1"),
-            "node": np.char.add("node-", (row_device // 8).astype(str)),
-            "gpu_model": MODELS[row_device % 4],
+            "environment": by_env(ENVIRONMENTS),
+            "provider": by_env([None, *ENVIRONMENTS[1:]]),
+            "region": by_env(["dc1", "region-1", "region-1", "region-1"]),
+            "node": pl.select(pl.format("node-{}", pl.lit(row_device // 8))).to_series(),
+            "gpu_model": by_env(MODELS),
             "gpu_fraction": 1.0,
-            "project": pl.Series(np.asarray(PROJECTS)[project_index]).set(pl.Series(unallocated), None),
-            "team": pl.Series(np.asarray(TEAMS)[project_index % len(TEAMS)]).set(
-                pl.Series(unallocated), None
-            ),
-            "default_metric": np.where(env == "onprem", "sm_active", "gpu_util"),
+            "project": pl.Series(PROJECTS).gather(project_index).set(pl.Series(unallocated), None),
+            "team": pl.Series(TEAMS).gather(project_index % len(TEAMS)).set(pl.Series(unallocated), None),
+            "default_metric": by_env(["sm_active", "gpu_util", "gpu_util", "gpu_util"]),
             "present_s": present,
             "observed_s": present,
             "busy_s": busy,
@@ -123,25 +146,25 @@ def ledger_rows(gpus: int, start_hour: int, hours: int, seed: int = 11) -> pl.Da
             "busy_s_gpu_util": np.minimum(present, busy * 1.3),
             "idle_s_gpu_util": idle,
             "energy_j": present * 450.0,
-            "cost": cost,
-            "idle_cost": (cost * (idle / present)).round().astype(np.int64),
+            "cost_nanos": cost,
+            "idle_cost_nanos": (cost * (idle / present)).round().astype(np.int64),
             "currency": "USD",
-            "rate_source": np.where(env == "onprem", "tco:dc1", "rate_card:bench"),
+            "rate_source": by_env(["tco:dc1", *["rate_card:bench"] * 3]),
             "hour_index": row_hour,
             "day_index": row_hour // 24,
         }
     )
     # Columns the bench leaves at their model defaults (0 seconds, not estimated).
     for column in LedgerHour.__table__.columns:
-        if column.name not in frame.columns and not column.nullable and column.name != "id":
+        if column.name in ("id", "cost", "idle_cost"):  # the money is in cost_nanos, idle_cost_nanos
+            continue
+        if column.name not in frame.columns and not column.nullable:
             default = column.default.arg if column.default is not None else 0.0
             frame = frame.with_columns(pl.lit(default).alias(column.name))
     hour_start = pl.from_epoch(pl.col("hour_index") * HOUR_S, time_unit="s").dt.replace_time_zone("UTC")
     return frame.with_columns(
         hour_start.alias("hour_start"),
         ((hour_start.dt.year() - 1970) * 12 + hour_start.dt.month() - 1).cast(pl.Int64).alias("month_index"),
-        (pl.col("cost").cast(pl.Decimal(24, 9)) / 1_000_000_000).alias("cost"),
-        (pl.col("idle_cost").cast(pl.Decimal(24, 9)) / 1_000_000_000).alias("idle_cost"),
     )
 
 
@@ -249,33 +272,19 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{created}"'))
         url = args.admin_url.rsplit("/", 1)[0] + f"/{created}"
-    servers: list[subprocess.Popen] = []
     try:
         engine = make_engine(url)
         migrate(engine)
         end_day = dt.datetime.now(dt.UTC).date()
         start = dt.datetime.combine(end_day - dt.timedelta(days=args.days), dt.time(), tzinfo=dt.UTC)
         end = start + dt.timedelta(days=args.days)
-        start_hour = int(start.timestamp()) // HOUR_S
-        first_day = start_hour // 24
+        first_day = int(start.timestamp()) // (24 * HOUR_S)
         t0 = time.perf_counter()
-        load_s = rollup_s = 0.0
-        # A month of rows at a time (memory), each month's partition made first as an ingest makes it.
-        for chunk_day in range(0, args.days, 31):
-            days = min(31, args.days - chunk_day)
-            rows = ledger_rows(args.gpus, start_hour + chunk_day * 24, days * 24, seed=11 + chunk_day)
-            with engine.begin() as conn:
-                ensure_months(conn, start_hour + chunk_day * 24, start_hour + (chunk_day + days) * 24 - 1)
-            t1 = time.perf_counter()
-            load(url, rows)
-            load_s += time.perf_counter() - t1
-            t1 = time.perf_counter()
-            for day in range(first_day + chunk_day, first_day + chunk_day + days):
-                with engine.begin() as conn:  # one transaction per day, as the ingest's day chunks
-                    rebuild_days(conn, day, day)
-            rollup_s += time.perf_counter() - t1
-        with engine.begin() as conn:
-            conn.execute(text("ANALYZE"))
+        # As the ingest writes (devices, COPY of the rows, every rollup, the version), a week a
+        # transaction: bench/dashboard_scale.py's loader.
+        from dashboard_scale import load_fleet
+
+        timing = load_fleet(engine, args.gpus, first_day, args.days, chunk_days=7)
         # The group rollups' share of the ingest's rebuild: the last 3 days rebuilt again alone.
         t1 = time.perf_counter()
         for day in range(first_day + args.days - 3, first_day + args.days):
@@ -287,19 +296,43 @@ def main() -> None:
                 t: conn.execute(text(f"select count(*) from {t}")).scalar()
                 for t in ("ledger_hour", "ledger_day", "ledger_group_hour", "ledger_group_day")
             }
+        rollup_s = timing["rebuild_days"]
         print(
             f"loaded {counts['ledger_hour']:,} ledger rows ({args.gpus * args.days * 24:,} device-hours) "
-            f"by COPY in {load_s:.1f} s; rollups in {rollup_s:.1f} s "
+            f"by COPY in {timing['replace_hours (COPY)']:.1f} s; rollups in {rollup_s:.1f} s "
             f"({rollup_s / args.days * 1000:.0f} ms a day, of which group rollups {group_ms:.0f} ms): "
             f"ledger_day {counts['ledger_day']:,}, ledger_group_hour {counts['ledger_group_hour']:,}, "
             f"ledger_group_day {counts['ledger_group_day']:,} rows; total {time.perf_counter() - t0:.1f} s"
         )
         engine.dispose()
+        measure_questions(url, start, end, args.window_days, args.mid_day_hours, args.repeat, args.compare)
+    finally:
+        if created is not None:
+            admin = make_engine(args.admin_url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{created}" WITH (FORCE)'))
+            admin.dispose()
 
+
+def measure_questions(
+    url: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    window_days: int,
+    mid_day_hours: int,
+    repeat: int,
+    compare: bool,
+    only: set[str] | None = None,
+) -> None:
+    """Time the dashboard questions over ledger ``[start, end)`` of database ``url`` through a
+    ``serve`` process (and, with ``compare``, a device-level one, alternately); ``only``: the
+    questions' keys (whole, midday, monthly, effective) to time, default all."""
+    servers: list[subprocess.Popen] = []
+    try:
         server, grouped = start_server(url, device_level=False)
         servers.append(server)
         targets = {"group rollups": grouped}
-        if args.compare:
+        if compare:
             server, device = start_server(url, device_level=True)
             servers.append(server)
             targets["device level"] = device
@@ -308,30 +341,39 @@ def main() -> None:
             f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {load1:.1f} at start; "
             f"PostgreSQL on 127.0.0.1; data {start.date()} – {end.date()}"
         )
-        recent = end - dt.timedelta(days=args.window_days)
-        shift = dt.timedelta(hours=args.mid_day_hours)
+        recent = end - dt.timedelta(days=window_days)
+        shift = dt.timedelta(hours=mid_day_hours)
         questions = {
-            f"cost(groupBy:[PROJECT]), {args.window_days} whole days": (
+            f"cost(groupBy:[PROJECT]), {window_days} whole days": (
+                "whole",
                 COST_BY_PROJECT,
                 window_of(recent, end),
             ),
-            f"same, window cut mid-day (-{args.mid_day_hours} h)": (
+            f"same, window cut mid-day (-{mid_day_hours} h)": (
+                "midday",
                 COST_BY_PROJECT,
                 window_of(recent - shift, end - shift),
             ),
-            f"monthly cost by project, {args.days} days": (MONTHLY_COST_BY_PROJECT, window_of(start, end)),
-            f"effectiveCost, {args.window_days} whole days": (EFFECTIVE_COST, window_of(recent, end)),
+            f"monthly cost by project, {(end - start).days} days": (
+                "monthly",
+                MONTHLY_COST_BY_PROJECT,
+                window_of(start, end),
+            ),
+            f"effectiveCost, {window_days} whole days": ("effective", EFFECTIVE_COST, window_of(recent, end)),
         }
-        for name, (query, w) in questions.items():
+        for name, (key, query, w) in questions.items():
+            if only is not None and key not in only:
+                continue
             answers = {label: answer_rows(post(target, query, {"w": w})) for label, target in targets.items()}
             for _ in range(2):
                 for target in targets.values():
                     answer_rows(post(target, query, {"w": w}))
-            if args.compare:
+            if compare:
                 same = rounded(answers["group rollups"]) == rounded(answers["device level"])
                 assert same, f"{name}: the two paths differ"
             times: dict[str, list[float]] = {label: [] for label in targets}
-            for _ in range(args.repeat):
+            load_before = os.getloadavg()[0]
+            for _ in range(repeat):
                 for label, target in targets.items():  # interleaved: both see the same load
                     t = time.perf_counter()
                     answer_rows(post(target, query, {"w": w}))
@@ -339,20 +381,16 @@ def main() -> None:
             line = f"{name}: {len(answers['group rollups'])} rows; " + "; ".join(
                 f"{label} {stats(ts)}" for label, ts in times.items()
             )
-            if args.compare:
+            if compare:
                 ratio = statistics.median(times["device level"]) / statistics.median(times["group rollups"])
                 line += f"; ratio {ratio:.1f}×"
+            line += f"; load {load_before:.1f}–{os.getloadavg()[0]:.1f}"
             print(line, flush=True)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         for server in servers:
             server.terminate()
             server.wait(10)
-        if created is not None:
-            admin = make_engine(args.admin_url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{created}" WITH (FORCE)'))
-            admin.dispose()
 
 
 if __name__ == "__main__":

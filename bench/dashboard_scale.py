@@ -1,0 +1,244 @@
+"""Benchmark: dashboard questions over a big synthetic fleet kept in a database between runs.
+
+    .venv/bin/python bench/dashboard_scale.py load --database gl_dash_10k --gpus 10000 --days 30
+    .venv/bin/python bench/dashboard_scale.py measure --database gl_dash_10k --repeat 10 [--compare]
+    .venv/bin/python bench/dashboard_scale.py size --database gl_dash_10k
+    .venv/bin/python bench/dashboard_scale.py drop --database gl_dash_10k
+
+``load`` creates the PostgreSQL database (127.0.0.1:5432), migrates it and writes the fleet the
+way the metrics ingest writes a window (``service.ledger.ingest._ingest_chunk``), --chunk-days
+days per transaction: ``store.upsert_devices`` (the devices and their first/last seen),
+``store.replace_hours`` (the ledger rows, COPY), ``store.rebuild_days`` over the chunk's days
+(``ledger_day``, ``ledger_group_hour``, ``ledger_group_day``, the day segments: one statement
+per table over the whole range), ``ledger_version.bump``; then ``ANALYZE ledger_hour`` as a
+backfill does. The rows come from ``graphql_latency.ledger_frame`` (column-wise: ~1.2 rows per
+device-hour, one in five device-hours split between two workloads), the last ``--days`` whole
+UTC days before today. It prints the time of each step and, per table, the statements' time.
+
+``measure`` starts ``gpu-ledger serve`` on the kept database (answer cache off) and times the
+dashboard questions of ``graphql_latency`` (``--compare``: against the device-level path too),
+printing the load average with each figure; ``size`` prints the tables' sizes; ``drop`` drops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from sqlalchemy import Engine, event, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphql_latency import (  # noqa: E402  (bench/ is not a package)
+    ENVIRONMENTS,
+    HOUR_S,
+    MODELS,
+    ledger_frame,
+    measure_questions,
+)
+
+from connectors.base import DeviceInfo  # noqa: E402
+from service.db import make_engine, migrate  # noqa: E402
+from service.ledger import partitions, store  # noqa: E402
+from service.ledger import version as ledger_version  # noqa: E402
+
+ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+SOURCE = "bench"
+DAY_S = 24 * HOUR_S
+#: The table a statement writes (INSERT INTO, DELETE FROM, ANALYZE) or first reads (SELECT … FROM).
+TARGET = re.compile(r'(?:INTO|FROM|ANALYZE|TABLE)\s+"?(\w+)', re.IGNORECASE)
+TABLES = (
+    "ledger_hour",
+    "ledger_day",
+    "ledger_group_hour",
+    "ledger_group_day",
+    "ledger_hour_segment",
+    "device",
+    "ledger_version",
+)
+
+
+def devices(gpus: int) -> list[DeviceInfo]:
+    """The devices of ``ledger_frame``'s rows, with the same attributes (device i: environment
+    i % 4, node i // 8, model i % 4)."""
+    out = []
+    for i in range(gpus):
+        env = str(ENVIRONMENTS[i % 4])
+        out.append(
+            DeviceInfo(
+                device_id=f"GPU-{i}",
+                environment=env,  # type: ignore[arg-type]
+                provider=None if env == "onprem" else env,
+                region="dc1" if env == "onprem" else "region-1",
+                node=f"node-{i // 8}",
+                gpu_model=str(MODELS[i % 4]),
+                gpu_fraction=1.0,
+            )
+        )
+    return out
+
+
+def seen_of(rows: pl.DataFrame) -> pl.DataFrame:
+    """What the ingest passes to ``upsert_devices``: each device's first and last sample (here the
+    first and last second of its hours) and its metrics."""
+    return rows.group_by("device_id").agg(
+        (pl.col("hour_index").min() * HOUR_S * 1000).alias("first_ms"),
+        ((pl.col("hour_index").max() + 1) * HOUR_S * 1000 - 1).alias("last_ms"),
+        pl.col("default_metric").unique().sort().str.join(",").alias("metrics"),
+    )
+
+
+class StatementTimes:
+    """Wall time of the engine's statements by the table they write (or read, for COPY … TO)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        event.listen(engine, "before_cursor_execute", self._before)
+        event.listen(engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info["_t0"] = time.perf_counter()
+
+    def _after(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
+        target = TARGET.search(statement)
+        table = target.group(1) if target else ""
+        self.seconds[f"{verb} {table}".strip()] += time.perf_counter() - conn.info.pop("_t0")
+
+
+def load_fleet(engine: Engine, gpus: int, first_day: int, days: int, chunk_days: int) -> dict[str, float]:
+    """Write ``gpus`` devices × ``days`` days from ``first_day`` as the ingest writes them,
+    ``chunk_days`` days per transaction; seconds by step."""
+    fleet = devices(gpus)
+    ids = [d.device_id for d in fleet]
+    timing: dict[str, float] = collections.defaultdict(float)
+    for offset in range(0, days, chunk_days):
+        n = min(chunk_days, days - offset)
+        lo_day = first_day + offset
+        t = time.perf_counter()
+        rows = ledger_frame(gpus, lo_day * 24, n * 24, seed=11 + offset)
+        seen = seen_of(rows)
+        timing["generate rows"] += time.perf_counter() - t
+        with engine.begin() as conn:
+            t = time.perf_counter()
+            store.upsert_devices(conn, SOURCE, fleet, seen)
+            timing["upsert_devices"] += time.perf_counter() - t
+            t = time.perf_counter()
+            store.replace_hours(conn, SOURCE, lo_day * 24, (lo_day + n) * 24, ids, rows)
+            timing["replace_hours (COPY)"] += time.perf_counter() - t
+            t = time.perf_counter()
+            store.rebuild_days(conn, lo_day, lo_day + n - 1)
+            timing["rebuild_days"] += time.perf_counter() - t
+            ledger_version.bump(conn)
+            t = time.perf_counter()
+        timing["commit"] += time.perf_counter() - t
+        print(
+            f"  days {offset + n}/{days}: {rows.height:,} rows; "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items())
+            + f"; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        del rows
+    t = time.perf_counter()
+    with engine.begin() as conn:
+        partitions.analyze_parent(conn)  # as a backfill ends (docs/rollups.md)
+        conn.exec_driver_sql("ANALYZE")
+    timing["analyze"] = time.perf_counter() - t
+    return timing
+
+
+def url_of(database: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + f"/{database}"
+
+
+def counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t: int(conn.execute(text(f"select count(*) from {t}")).scalar() or 0) for t in TABLES}
+
+
+def sizes(engine: Engine) -> dict[str, str]:
+    """Each table's size with its indexes (a partitioned table: the sum of its partitions)."""
+    sql = """select coalesce(p.relname, c.relname) as t, sum(pg_total_relation_size(c.oid))
+             from pg_class c left join pg_inherits i on i.inhrelid = c.oid
+             left join pg_class p on p.oid = i.inhparent
+             where c.relkind in ('r', 'm') and coalesce(p.relname, c.relname) = any(:tables)
+             group by 1"""
+    with engine.connect() as conn:
+        found = dict(conn.execute(text(sql), {"tables": list(TABLES)}).all())
+        total = conn.execute(text("select pg_database_size(current_database())")).scalar()
+    out = {t: f"{int(found.get(t, 0)) / 2**20:,.0f} MB" for t in TABLES}
+    out["database"] = f"{int(total or 0) / 2**20:,.0f} MB"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("action", choices=["load", "measure", "size", "drop"])
+    parser.add_argument("--database", required=True, help="the kept database's name")
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--chunk-days", type=int, default=7, help="days per load transaction")
+    parser.add_argument("--window-days", type=int, default=30)
+    parser.add_argument("--mid-day-hours", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--compare", action="store_true", help="also time the device-level path")
+    parser.add_argument(
+        "--questions", default="all", help="comma list of: whole, midday, monthly, effective (default all)"
+    )
+    args = parser.parse_args()
+    url = url_of(args.database)
+    admin = make_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    if args.action == "drop":
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)'))
+        print(f"dropped {args.database}")
+        return
+    if args.action == "load":
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{args.database}"'))
+        engine = make_engine(url)
+        migrate(engine)
+        today = dt.datetime.now(dt.UTC).date()
+        first_day = (today - dt.date(1970, 1, 1)).days - args.days
+        print(
+            f"loading {args.gpus:,} GPUs × {args.days} days ({first_day} … {first_day + args.days - 1}), "
+            f"{args.chunk_days} days a transaction; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        statements = StatementTimes(engine)
+        t0 = time.perf_counter()
+        timing = load_fleet(engine, args.gpus, first_day, args.days, args.chunk_days)
+        total = time.perf_counter() - t0
+        print(f"loaded in {total:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
+        slow = sorted(statements.seconds.items(), key=lambda kv: -kv[1])[:12]
+        print("statements: " + ", ".join(f"{k} {v:.1f} s" for k, v in slow))
+    engine = make_engine(url)
+    print("rows: " + ", ".join(f"{t} {n:,}" for t, n in counts(engine).items()))
+    print("size: " + ", ".join(f"{t} {s}" for t, s in sizes(engine).items()), flush=True)
+    if args.action == "measure":
+        with engine.connect() as conn:
+            lo, hi = conn.execute(text("select min(day_index), max(day_index) from ledger_group_day")).one()
+        engine.dispose()
+        start = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(days=int(lo))
+        end = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(days=int(hi) + 1)
+        measure_questions(
+            url,
+            start,
+            end,
+            window_days=args.window_days,
+            mid_day_hours=args.mid_day_hours,
+            repeat=args.repeat,
+            compare=args.compare,
+            only=None if args.questions == "all" else set(args.questions.split(",")),
+        )
+
+
+if __name__ == "__main__":
+    main()
