@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 import polars as pl
-from sqlalchemy import ColumnElement, Connection, Float, cast, func, select, type_coerce
+from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, null, select, type_coerce
 
 from service.analytics import frames
 from service.analytics.dims import Dimension, Granularity
@@ -72,10 +72,17 @@ def ledger_rows(conn: Connection, args: ExportArgs, page: Page) -> pl.DataFrame:
     def gpu_hours(seconds: str) -> ColumnElement[Any]:
         return cast(c[seconds] * c.gpu_fraction, Float) / float(HOUR_S)
 
+    def dimension(d: Dimension) -> ColumnElement[Any]:
+        # Time nobody held belongs to nobody, as in every answer: its workload dimensions are null.
+        column: ColumnElement[Any] = c[d.column]
+        if d.is_workload:
+            column = case((c.workload_key == "", null()), else_=column)
+        return column.label(d.name.lower())
+
     stmt = (
         select(
             c.hour_index.label(frames.PERIOD),
-            *(c[d.column].label(d.name.lower()) for d in ROW_KEYS),
+            *(dimension(d) for d in ROW_KEYS),
             *(c[k].label(k) for k in EXTRA_KEYS),
             c.cost.label("cost"),
             type_coerce(func.coalesce(c.idle_cost, 0), Money).label("idle_cost"),

@@ -130,7 +130,7 @@ def focus_frame(rows: pl.DataFrame, version: str) -> pl.DataFrame:
         "BillingPeriodEnd": start.dt.truncate("1mo").dt.offset_by("1mo"),
         "ChargeCategory": _text("Usage"),
         "ChargeClass": _null_text(),
-        "ChargeDescription": _text("") + model + _text(GPU_HOURS_UNIT) + _text(" of ") + pl.col("device"),
+        "ChargeDescription": model + _text(f"{GPU_HOURS_UNIT} of ") + pl.col("device"),
         "ChargeFrequency": _text("Usage-Based"),
         "ChargePeriodStart": start,
         "ChargePeriodEnd": start.dt.offset_by("1h"),

@@ -59,8 +59,9 @@ def ledger(put) -> None:  # type: ignore[no-untyped-def]
     for h in range(2):
         rows.append(row(h, "GPU-a", "job-a", project="alpha", team="ml", region="site-1", busy_s=1800.0,
                         idle_s=900.0, cost="2", idle_cost="0.5"))  # fmt: skip
+        # A label on time nobody held (a stale namespace) is nobody's, as in every answer.
         rows.append(row(h, "GPU-free", region="site-1", idle_s=3600.0, cost="1.000000001",
-                        idle_cost="1.000000001"))  # fmt: skip
+                        idle_cost="1.000000001", namespace="stale"))  # fmt: skip
     rows.append(row(0, "MIG-m", "job-m", project="alpha", team="ml", region="site-1", gpu_fraction=MIG,
                     mig_profile="1g.18gb", cost="0.285714286", idle_cost="0"))  # fmt: skip
     rows.append(row(0, "GPU-e", "job-e", project="beta", team="web", region="site-eu", currency="EUR",
@@ -169,7 +170,7 @@ def test_hand_computed_rows(app: tuple[str, dict[str, dict[str, str]]]) -> None:
     )
     assert a["x_UtilizationMetric"] == "SM_ACTIVE"
     free = rows[("GPU-free", h0)]
-    assert free["Tags"] is None and free["x_Project"] is None and free["EffectiveCost"] == "1.000000001"
+    assert free["Tags"] is None and free["x_Namespace"] is None and free["EffectiveCost"] == "1.000000001"
     mig = rows[("MIG-m", h0)]
     # 1/7 GPU-hour at 2/GPU-hour: the quantity rounds to 1e-9 and price × quantity gives the cost back.
     assert (mig["PricingQuantity"], mig["ListUnitPrice"], mig["ResourceType"]) == (
