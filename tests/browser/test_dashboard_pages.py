@@ -173,6 +173,12 @@ def test_overview_state_round_trips_through_the_url(user: Any, live_server: Live
     wait_for(user)
     assert user.input_value('select[name="project"]') == project
     check_overview(user, live_server, flt, top=3)
+    # Another page keeps the window and the filters (not the overview's own settings).
+    user.click('#nav a[data-page="utilization"]')
+    wait_for(user)
+    params = url_params(user)
+    assert params["page"] == ["utilization"] and params["project"] == [project] and "top" not in params
+    assert user.input_value('select[name="environment"]') == "onprem"
 
 
 # --- utilization ----------------------------------------------------------------------------------

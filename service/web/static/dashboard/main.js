@@ -12,6 +12,14 @@ import * as utilization from "./pages/utilization.js";
 const PAGES = { overview, utilization, reconciliation, devices, connectors };
 const DAY_MS = 86400000;
 const PRESETS = [7, 30, 90];
+// What a page link keeps of the current address: the window and the ledger filters.
+const SHARED = ["start", "end", "environment", "gpuModel", "project", "team"];
+
+function linkTo(pageName, params) {
+  const next = new URLSearchParams({ page: pageName });
+  for (const key of SHARED) params.getAll(key).forEach((v) => next.append(key, v));
+  return `?${next}`;
+}
 
 function isoDay(date) {
   return date.toISOString().slice(0, 10);
@@ -126,8 +134,7 @@ export async function render() {
     link.classList.toggle("on", here);
     if (here) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
-    const linkParams = new URLSearchParams({ page: link.dataset.page, start: params.get("start"), end: params.get("end") });
-    link.href = `?${linkParams}`;
+    link.href = linkTo(link.dataset.page, params);
   }
   const controls = document.getElementById("controls");
   controls.replaceChildren(page.usesWindow === false ? "" : windowControls(params));
@@ -152,7 +159,12 @@ export async function render() {
     if (page.afterMount) page.afterMount(view);
   } catch (exc) {
     if (mine !== generation) return;
-    if (!(exc instanceof ApiError)) throw exc;
+    if (!(exc instanceof ApiError)) {
+      content.replaceChildren(h("h1", {}, page.title));
+      content.dataset.state = "error";
+      banner(`This page failed to draw: ${exc.message}`);
+      throw exc;
+    }
     content.replaceChildren(h("h1", {}, page.title));
     content.dataset.state = "error";
     if (exc.needsToken) {
@@ -171,8 +183,7 @@ function wire() {
     const link = e.target.closest("a[data-page]");
     if (!link || e.ctrlKey || e.metaKey || e.shiftKey) return;
     e.preventDefault();
-    const params = currentParams();
-    history.pushState(null, "", `?${new URLSearchParams({ page: link.dataset.page, start: params.get("start"), end: params.get("end") })}`);
+    history.pushState(null, "", linkTo(link.dataset.page, currentParams()));
     render();
   });
   document.getElementById("token-toggle").addEventListener("click", () => {

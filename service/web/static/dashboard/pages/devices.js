@@ -20,9 +20,12 @@ const COVERAGE = `query Coverage($w: TimeWindow!, $f: LedgerFilter) {
 }`;
 const ENVIRONMENTS = ["onprem", "aws", "gcp", "azure"];
 
+// The DeviceFilter of the URL: the environment picked here, and the GPU model the ledger pages share.
 export function deviceFilter(params) {
-  const env = params.get("environment");
-  return env ? { environment: [env] } : null;
+  const filter = {};
+  if (params.get("environment")) filter.environment = [params.get("environment")];
+  if (params.getAll("gpuModel").length) filter.gpuModel = params.getAll("gpuModel");
+  return Object.keys(filter).length ? filter : null;
 }
 
 export async function render({ params, window, navigate }) {
