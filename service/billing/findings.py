@@ -107,12 +107,16 @@ def cut_long_text(
     reason to lose a cost line (the value is kept up to the column's length)."""
     found = []
     cuts = []
-    for column, limit in lengths.items():
-        if column not in lines.columns:
+    present = {c: n for c, n in lengths.items() if c in lines.columns}
+    if not present or lines.is_empty():
+        return lines, found
+    # one pass over every text column says which hold a long value; only those are filtered (a
+    # filter per column of the whole batch was 8 % of an import's CPU, though nothing was long)
+    over = lines.select((pl.col(c).str.len_chars() > n).any().alias(c) for c, n in present.items()).row(0)
+    for (column, limit), any_long in zip(present.items(), over, strict=True):
+        if not any_long:
             continue
         long = lines.filter(pl.col(column).str.len_chars() > limit)
-        if long.is_empty():
-            continue
         examples = tuple(
             (line, value if len(value) <= EXAMPLE_CHARS else value[:EXAMPLE_CHARS] + "…")
             for line, value in long.select("line_no", column).head(FINDING_EXAMPLES).iter_rows()
