@@ -105,7 +105,7 @@ def cut_long_text(
     """``lines`` with text longer than its column holds (``lengths``) cut to fit, and a
     ``value_too_long`` finding per column cut: a long resource name or SKU description is no
     reason to lose a cost line (the value is kept up to the column's length)."""
-    found = []
+    found: list[Finding] = []
     cuts = []
     present = {c: n for c, n in lengths.items() if c in lines.columns}
     if not present or lines.is_empty():
