@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from service.analytics import frames
+from service.analytics import device_hours, frames
 from service.analytics.cost import CostRow, cost, part_measures
 from service.analytics.dims import IdlePolicy
 from service.analytics.effective import effective_measures, per_gpu_hour
@@ -32,7 +32,7 @@ from service.analytics.fx import NO_CURRENCY
 from service.analytics.idle import _idle_plan, idle_measures, streak_select
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import PERIOD, LedgerQuery, grouped_select
-from service.analytics.usage import answer_measures
+from service.analytics.usage import answer_measures, metric_columns
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
 
 STREAK = "longest_idle_streak_hours"
@@ -50,12 +50,18 @@ def currency_column(name: str = "currency") -> pl.Expr:
     return pl.when(col.is_null() | (col == "")).then(pl.lit(NO_CURRENCY)).otherwise(col).alias(name)
 
 
-def usage_frame(conn: Any, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE) -> pl.DataFrame:
+def usage_frame(
+    conn: Any, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE, order_key: bool = False
+) -> pl.DataFrame:
     """:func:`~service.analytics.usage.usage` as columns: ``period_start``, the grouped dimensions
     (lower-case names), ``gpu_hours``, ``observed_gpu_hours``, ``effective_gpu_hours``,
-    ``utilization_pct``, ``idle_gpu_hours``, ``energy_kwh``, ``coverage_pct``, ``metric``."""
-    src = q.source()
-    raw = frames.read_frame(conn, grouped_select(src, q, answer_measures(src, metric)), page)
+    ``utilization_pct``, ``idle_gpu_hours``, ``energy_kwh``, ``coverage_pct``, ``metric``; with
+    ``order_key``, also ``period_key`` (unless TOTAL): with the dimensions, each row's order key."""
+    raw = device_hours.usage_frame(conn, q, metric_columns(metric), page)
+    if raw is None:
+        src = q.source()
+        # page: its cursor too (GraphQL pages read this frame; an export has none)
+        raw = frames.read_frame(conn, grouped_select(src, q, answer_measures(src, metric), page=page), page)
     return raw.select(
         *frames.key_columns(q),
         "gpu_hours",
@@ -66,6 +72,7 @@ def usage_frame(conn: Any, q: LedgerQuery, metric: str | None = None, *, page: P
         "energy_kwh",
         pct_column("observed_gpu_hours", "gpu_hours").alias("coverage_pct"),
         frames.metric_label(metric, "min_default_metric", "max_default_metric").alias("metric"),
+        *([PERIOD] if order_key and PERIOD in raw.columns else []),
     )
 
 

@@ -65,8 +65,9 @@ def read_frame(conn: Connection, stmt: Select[Any], page: Page = WHOLE) -> pl.Da
     """``stmt`` (a grouped, ordered SELECT) as a frame in the SELECT's order, at most ``page.fetch``
     rows; ``page``'s cap is checked as :meth:`Page.check` does (RESULT_TOO_LARGE above ``max_rows``).
     """
-    # ``page`` caps the rows here (an export reads whole answers: no cursor, no ``first``).
-    if page.fetch is not None:
+    # ``page`` caps the rows here, unless grouped_select already cut the page (with its cursor:
+    # GraphQL pages; LIMIT 0 after the one row of an answer without keys).
+    if page.fetch is not None and stmt._limit_clause is None:
         stmt = stmt.limit(page.fetch)
     columns = [(str(c.key), c.type) for c in stmt.selected_columns]
     names = [name for name, _ in columns]

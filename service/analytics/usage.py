@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func
 
+from service.analytics import device_hours
 from service.analytics.dims import metric_label
 from service.analytics.errors import InvalidArgument
 from service.analytics.paging import WHOLE, Page
@@ -84,10 +85,14 @@ class UsageRow:
 def usage(
     conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
 ) -> list[UsageRow]:
-    """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL."""
-    src = q.source()
-    measures = answer_measures(src, metric)
-    c = fetch_columns(conn, grouped_select(src, q, measures, page=page), page)
+    """Usage per (period, group) of the rows ``q.access`` may read: one GROUP BY, paged in SQL
+    (per device and hour: the day segments, :mod:`service.analytics.device_hours`)."""
+    frame = device_hours.usage_frame(conn, q, metric_columns(metric), page)
+    if frame is not None:
+        c: dict[str, Sequence[Any]] = dict(frame.to_dict(as_series=False))
+    else:
+        src = q.source()
+        c = fetch_columns(conn, grouped_select(src, q, answer_measures(src, metric), page=page), page)
     labels = metric_labels(metric, c["min_default_metric"], c["max_default_metric"])
     energy = [None if e is None else float(e) for e in c["energy_kwh"]]
     return list(

@@ -16,14 +16,20 @@ item passes the type's ``is_type_of``, and no value is null where the type forbi
 serialization fails. Otherwise, or for any other list, the list goes through graphql-core's normal
 path, which also produces any error exactly as before: the fast path never answers differently,
 only sooner (tests/api/test_aggregate_paging.py compares both on the same queries).
+
+A resolver may also return a :class:`ColumnRows`: the page's objects held as columns (an answer
+read as a polars frame). Then no object is built at all on this path: each selected field's values
+are its column (or the column's wire form, e.g. ISO text for instants, where the resolver made
+one), and a column is computed only when a field selects it. Anything that iterates or indexes a
+``ColumnRows`` (graphql-core's normal path) gets the objects, built from the same columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 from graphql import (
     GraphQLNonNull,
@@ -43,14 +49,89 @@ from service.analytics.query import collector_paused
 _TYPENAME = "__typename"
 
 
+class ColumnRows(Sequence[Any]):
+    """``length`` objects of the strawberry type ``cls`` held as columns by attribute name.
+
+    ``columns[name]()`` computes the values of attribute ``name`` (called once, when a field
+    selects it or an object is built); an attribute without a column reads the class's default
+    (the dimensions not grouped by: None). ``wire[name]()``, where given, computes the same values
+    already serialized as the field's scalar serializes them (ISO text of instants); the columns
+    named in ``plain`` are their own serialized form (text; finite floats), as String and Float
+    serialize such values to themselves.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        length: int,
+        columns: Mapping[str, Callable[[], Sequence[Any]]],
+        wire: Mapping[str, Callable[[], list[Any]]] | None = None,
+        plain: frozenset[str] = frozenset(),
+    ) -> None:
+        self.cls = cls
+        self._length = length
+        self._columns = dict(columns)
+        self._wire = dict(wire or {})
+        self._plain = plain
+        self._values: dict[str, Sequence[Any]] = {}
+        self._objects: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def column(self, name: str) -> Sequence[Any]:
+        """The values of attribute ``name``, in order."""
+        values = self._values.get(name)
+        if values is None:
+            make = self._columns.get(name)
+            values = make() if make is not None else [getattr(self.cls, name)] * self._length
+            if len(values) != self._length:
+                raise ValueError(f"column {name} has {len(values)} values for {self._length} rows")
+            self._values[name] = values
+        return values
+
+    def wire(self, name: str) -> list[Any] | None:
+        """The serialized values of attribute ``name``, where the resolver made them."""
+        make = self._wire.get(name)
+        if make is not None:
+            return make()
+        return list(self.column(name)) if name in self._plain else None
+
+    def objects(self) -> list[Any]:
+        """The objects themselves (each ``__dict__`` holding its own columns' values)."""
+        if self._objects is None:
+            names = list(self._columns)
+            columns = [self.column(name) for name in names]
+            new, cls = object.__new__, self.cls
+            objects = []
+            for values in zip(*columns, strict=True):
+                obj: Any = new(cls)
+                obj.__dict__ = dict(zip(names, values, strict=True))
+                objects.append(obj)
+            self._objects = objects if columns else [new(cls) for _ in range(self._length)]
+        return self._objects
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.objects()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.objects())
+
+
 @dataclass(frozen=True)
 class _Column:
-    """How to compute one response key of every row: read (None: a constant) and serialize."""
+    """How to compute one response key of every row: read (None: a constant) and serialize;
+    ``name``: the attribute read (a :class:`ColumnRows` column)."""
 
     read: Callable[[Any], Any] | None
     serialize: Callable[[Any], Any] | None
     non_null: bool
     constant: str | None = None
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,14 +161,21 @@ def _column(object_type: GraphQLObjectType, field_name: str) -> _Column | None:
     leaf = field_def.type.of_type if isinstance(field_def.type, GraphQLNonNull) else field_def.type
     if not is_leaf_type(leaf):
         return None
-    return _Column(attrgetter(definition.python_name), leaf.serialize, non_null)
+    name = definition.python_name
+    return _Column(attrgetter(name), leaf.serialize, non_null, name=name)
 
 
 def _values(column: _Column, items: Sequence[Any]) -> list[Any] | None:
     """The serialized values of ``column`` for ``items``, or None where the normal path must run."""
     if column.read is None:
         return [column.constant] * len(items)
-    raw = list(map(column.read, items))
+    if isinstance(items, ColumnRows):
+        wire = items.wire(column.name)
+        if wire is not None and not (column.non_null and None in wire):
+            return wire
+        raw = list(items.column(column.name))
+    else:
+        raw = list(map(column.read, items))
     serialize = column.serialize
     assert serialize is not None  # a read column always has one
     try:
@@ -122,11 +210,13 @@ class LeafListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         items: Iterable[Any],
         position_context: Any,
     ) -> Any:
-        if isinstance(items, list) and len(items) > 1:
+        if isinstance(items, list | ColumnRows) and len(items) > 1:
             plan = self._plan(item_type, field_details_list, path)
             rows = None if plan is None else self._complete(plan, items, info)
             if rows is not None:
                 return rows
+        if isinstance(items, ColumnRows):
+            items = items.objects()
         return super().complete_iterable_value(
             item_type, field_details_list, info, path, items, position_context
         )
@@ -168,11 +258,14 @@ class LeafListExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
     @staticmethod
     @collector_paused
-    def _complete(plan: _Plan, items: list[Any], info: GraphQLResolveInfo) -> list[Any] | None:
-        if any(item is None for item in items):
-            return None  # the normal path: a non-null error, or null items of a nullable list
+    def _complete(plan: _Plan, items: Sequence[Any], info: GraphQLResolveInfo) -> list[Any] | None:
         is_type_of = plan.is_type_of
-        if is_type_of is not None and not all(is_type_of(item, info) is True for item in items):
+        if isinstance(items, ColumnRows):  # one class: the first object stands for all of them
+            if is_type_of is not None and is_type_of(object.__new__(items.cls), info) is not True:
+                return None
+        elif any(item is None for item in items):
+            return None  # the normal path: a non-null error, or null items of a nullable list
+        elif is_type_of is not None and not all(is_type_of(item, info) is True for item in items):
             return None
         columns = []
         for column in plan.columns:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, cast
 
+import polars as pl
 import strawberry
 from strawberry.types import Info
 
+from service.analytics import columnar
 from service.analytics import usage as analytics
+from service.analytics.paging import Page
+from service.analytics.query import LedgerQuery
 from service.api.context import ApiContext
+from service.api.frame_rows import bucket_columns, floats
+from service.api.leaf_lists import ColumnRows
 from service.api.types import (
     AFTER,
     FILTER,
@@ -65,6 +71,22 @@ class UsageRow(LedgerBucket):
         }
         return bucket_objects(cls, [r.key for r in rows], cursors, fields)
 
+    @classmethod
+    def columns(cls, frame: pl.DataFrame, q: LedgerQuery, page: Page) -> ColumnRows:
+        """The rows of a page read as a frame (``columnar.usage_frame``), the values ``page``
+        gives the same rows."""
+        measures = ("gpu_hours", "effective_gpu_hours", "utilization_pct", "idle_gpu_hours")
+        return bucket_columns(
+            cls,
+            frame,
+            q,
+            page,
+            {
+                **{name: floats(name) for name in (*measures, "energy_kwh", "coverage_pct")},
+                "metric": lambda f: f["metric"].str.to_uppercase().to_list(),
+            },
+        )
+
 
 @strawberry.type
 class UsageQuery:
@@ -83,5 +105,8 @@ class UsageQuery:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
         page = ledger_page(ctx.settings, "usage", q, first, after, metric)
-        rows = await ctx.read(lambda conn: analytics.usage(conn, q, metric_key(metric), page=page))
-        return UsageRow.page(rows, page.key_cursors(r.key.order for r in rows))
+        frame = await ctx.read(
+            lambda conn: columnar.usage_frame(conn, q, metric_key(metric), page=page, order_key=True)
+        )
+        # Columns, not objects: a page of 50,000 rows builds no row (service.api.leaf_lists).
+        return cast(list[UsageRow], UsageRow.columns(frame, q, page))

@@ -187,5 +187,14 @@ def load(conn: Connection, days: Sequence[int], columns: Sequence[str]) -> Itera
         .where(SEGMENT.c.day_index.in_(sorted(days)))
         .order_by(SEGMENT.c.day_index)
     )
+    if conn.dialect.name == "postgresql":
+        # bytea in binary: as stored, not as hex text twice its size to decode
+        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        raw: Any = conn.connection.dbapi_connection
+        with raw.cursor() as cursor:
+            cursor.execute(str(compiled), binary=True)
+            for _day, data in cursor:
+                yield decode(data, columns)
+        return
     for _day, data in conn.execute(stmt):
         yield decode(bytes(data), columns)

@@ -1,0 +1,155 @@
+"""A page of an aggregate answer read as a polars frame, handed to GraphQL as columns.
+
+:func:`bucket_columns` turns the frame of a ``service.analytics.columnar`` answer into a
+:class:`~service.api.leaf_lists.ColumnRows` of a bucket type: no object, ``GroupKey`` or row
+dataclass per row; each field's column is computed only if the query selects it. The values are
+the ones the row path gives (``UsageRow.page``): floats rounded by :func:`gql_float`, instants
+as UTC datetimes (and their ISO text, what the DateTime scalar serializes), cursors of the rows'
+order keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Any, cast
+
+import numpy as np
+import orjson
+import polars as pl
+
+from service.analytics.frames import PERIOD_START
+from service.analytics.paging import Page, binding_of
+from service.analytics.query import PERIOD, LedgerQuery
+from service.api.leaf_lists import ColumnRows
+
+#: ``datetime.isoformat()`` of a whole-second UTC instant (period starts are whole hours).
+ISO_SECONDS = "%Y-%m-%dT%H:%M:%S+00:00"
+
+
+#: Above this magnitude ``x * 1e6`` is no longer exact enough to round by: Python rounds it.
+_SCALED_MAX = 1e9
+
+
+def rounded(values: Sequence[float | None]) -> list[float | None]:
+    """:func:`service.api.types.gql_float` of each value (Python's correctly rounded ``round``)."""
+    if None in values:
+        return [None if v is None else round(v, 6) for v in values]
+    whole = cast(Sequence[float], values)
+    return list(map(round, whole, repeat(6)))
+
+
+def rounded_column(column: pl.Series) -> list[float | None]:
+    """:func:`rounded` of a float column, the same doubles, vectorized.
+
+    ``round(x, 6)`` is the double nearest to k / 10**6, k the integer nearest to the exact x × 10**6
+    (ties to even). NumPy computes k = rint(x * 1e6) from the product rounded to a double, which
+    is k itself unless that product lies within a rounding error of a half-integer; those values
+    (and very large or non-finite ones) go through Python's ``round``. k / 1e6 is then one
+    correctly rounded division of two exact doubles: the double nearest to k / 10**6.
+    """
+    x = column.cast(pl.Float64).to_numpy()  # nulls read NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = x * 1e6
+        k = np.rint(scaled)
+        out = k / 1e6
+        near_half = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) <= 4 * np.spacing(np.abs(scaled))
+        risky = near_half | ~(np.abs(x) < _SCALED_MAX)
+    values: list[float | None] = out.tolist()
+    for i in np.flatnonzero(risky).tolist():
+        v = x[i]
+        values[i] = None if np.isnan(v) else round(float(v), 6)
+    if column.null_count():
+        for i in column.is_null().arg_true().to_list():
+            values[i] = None
+    return values
+
+
+def _instants(frame: pl.DataFrame) -> Callable[[], list[Any]]:
+    return lambda: frame[PERIOD_START].to_list()
+
+
+def _iso(frame: pl.DataFrame) -> Callable[[], list[Any]] | None:
+    """ISO text of the period starts, where each is a whole second (else the scalar serializes)."""
+    column = frame[PERIOD_START]
+    if column.null_count() == column.len():
+        return lambda: [None] * frame.height
+    if (column.dt.microsecond() != 0).any():
+        return None
+    return lambda: column.dt.strftime(ISO_SECONDS).to_list()
+
+
+def bucket_columns(
+    cls: type,
+    frame: pl.DataFrame,
+    q: LedgerQuery,
+    page: Page,
+    columns: dict[str, Callable[[pl.DataFrame], Sequence[Any]]],
+) -> ColumnRows:
+    """The rows of ``frame`` (a columnar answer read with ``order_key``) as ``cls`` objects:
+    ``period_start``, ``cursor``, the grouped dimensions, and ``columns[name](frame)`` for each
+    other field ``name``."""
+    dims = [d.name.lower() for d in q.group_by]
+    order = ([PERIOD] if PERIOD in frame.columns else []) + dims
+
+    def cursors() -> list[str]:
+        return cursor_column(page, frame, order)
+
+    makers: dict[str, Callable[[], Sequence[Any]]] = {"period_start": _instants(frame), "cursor": cursors}
+    for d in dims:
+        makers[d] = _listed(frame, d)
+    for name, make in columns.items():
+        makers[name] = _applied(make, frame)
+    iso = _iso(frame)
+    # Text columns and finite float columns serialize to themselves (String, Float): no pass
+    # over their values.
+    plain = {"cursor", *dims}
+    for name in columns:
+        dtype = frame.schema.get(name)
+        if dtype == pl.String or (dtype == pl.Float64 and bool(frame[name].is_finite().all())):
+            plain.add(name)
+    wire = {"period_start": iso} if iso is not None else None
+    return ColumnRows(cls, frame.height, makers, wire, frozenset(plain))
+
+
+def cursor_column(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> list[str]:
+    """:meth:`Page.key_cursors` of the rows' order keys (the columns ``order``), the same text
+    built column-wise: base64url of the JSON array ``[binding, key…]`` as orjson writes it."""
+    if frame.height == 0:
+        return []
+    binding = orjson.dumps(page.binding or binding_of(page.field)).decode()
+    if not order:  # one row (TOTAL without groupBy): the key is empty
+        return page.key_cursors([()] * frame.height)
+    parts: list[pl.Expr] = [pl.lit(binding)]
+    for name in order:
+        column = frame[name]
+        if column.dtype.is_integer():
+            text = pl.col(name).cast(pl.String)
+        else:  # each distinct value once through orjson: its JSON string, escapes and all
+            distinct = column.drop_nulls().unique().to_list()
+            text = pl.col(name).replace_strict(
+                distinct, [orjson.dumps(v).decode() for v in distinct], return_dtype=pl.String
+            )
+        parts.append(text.fill_null(pl.lit("null")))
+    json_text = pl.concat_str([pl.lit("["), pl.concat_str(parts, separator=","), pl.lit("]")])
+    encoded = (
+        json_text.str.encode("base64")
+        .str.replace_all("+", "-", literal=True)
+        .str.replace_all("/", "_", literal=True)
+    )
+    return frame.select(encoded.alias("cursor"))["cursor"].to_list()
+
+
+def _listed(frame: pl.DataFrame, name: str) -> Callable[[], list[Any]]:
+    return lambda: frame[name].to_list()
+
+
+def _applied(
+    make: Callable[[pl.DataFrame], Sequence[Any]], frame: pl.DataFrame
+) -> Callable[[], Sequence[Any]]:
+    return lambda: make(frame)
+
+
+def floats(name: str) -> Callable[[pl.DataFrame], list[float | None]]:
+    """A float column of the frame, rounded for display."""
+    return lambda frame: rounded_column(frame[name])
