@@ -298,10 +298,14 @@ def _order(batch: _Batch) -> _Ordered:
     step — and checking that is one pass, where sorting 10 M keys is the slowest step left.
     """
     key = batch.sample_key
-    frame = batch.frame.with_columns(
-        key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
-    )
-    k = frame["k"].to_numpy()
+    frame = batch.frame
+    k = np.left_shift(frame["dev"].to_numpy(), key.shift_of("dev"))  # key.pack, in place
+    part = np.left_shift(frame["metric"].to_numpy(), key.shift_of("metric"))
+    k |= part
+    k |= np.left_shift(frame["ts"].to_numpy(), key.shift_of("ts"), out=part)
+    k |= frame["wl"].to_numpy()
+    del part
+    frame = frame.with_columns(pl.Series("k", k))
     starts = _chain_starts(k, key)
     within = np.ones(len(k) - 1, dtype=bool)  # row i+1 continues row i's chain
     within[starts[1:] - 1] = False
@@ -439,8 +443,8 @@ def _presence(
         .otherwise(pl.col("ts") + window.max_gap_ms)
         .alias("end"),
     )
-    pieces = _split_hours(intervals, batch)
-    present = pieces.group_by("rk").agg((pl.col("dur_ms") * pl.col("share")).sum().alias("present_ms"))
+    dev, wl, share, start, end = (intervals[c].to_numpy() for c in intervals.columns)
+    present = _sum_by_row(batch, dev, wl, start, end.copy(), share, "present_ms")
     return present, _owner_changes(readings, key.prefix(k, "ts")), layout
 
 
@@ -563,12 +567,15 @@ def _gauge_stats(
     else:
         columns = _chain_gauge_intervals(batch, window, owners, ordered, layout)
     dev, wl, metric, share, value, start, end = columns
-    take, hour, dur = _pieces(start, end, batch)
-    if take is not None:
-        dev, wl, metric, value = dev[take], wl[take], metric[take], value[take]
-        share = share[take] if share is not None else None
-    rk = _pack_row(batch, dev, hour, wl)
-    return _widen(_metric_stats(rk, metric, value, dur, share, window), batch)
+    segments = []
+    for take, hour, dur in _pieces(start, end, batch):
+        if take is not None:
+            dev_, wl_, metric_, value_ = dev[take], wl[take], metric[take], value[take]
+            share_ = share[take] if share is not None else None
+        else:
+            dev_, wl_, metric_, value_, share_ = dev, wl, metric, value, share
+        segments.append((_pack_row(batch, dev_, hour, wl_), metric_, value_, dur, share_))
+    return _widen(_metric_stats(segments, window), batch)
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]
@@ -672,84 +679,70 @@ def _sliced_gauge_intervals(
     return dev, wl, metric, share, value, start, end
 
 
-def _pieces(
-    start: np.ndarray, end: np.ndarray, batch: _Batch
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Intervals ``[start, end)`` clipped to the window and cut at UTC hours: per piece, the
-    interval it comes from (``None``: piece ``i`` is interval ``i``, every one kept and none
-    crossing an hour), its hour and its milliseconds. Each interval's first piece comes in the
-    intervals' order, then the further pieces of those that cross an hour (few), in order."""
+_Piece = tuple["np.ndarray | None", np.ndarray, np.ndarray]
+
+
+def _pieces(start: np.ndarray, end: np.ndarray, batch: _Batch) -> list[_Piece]:
+    """Intervals ``[start, end)`` clipped to the window and cut at UTC hours, as segments of
+    pieces ``(take, hour, ms)``: ``take`` the interval each piece comes from (``None``: piece
+    ``i`` is interval ``i``). The first segment is each kept interval's first piece, in order;
+    the second, when some cross an hour (few), their further pieces. ``end`` may be clipped in
+    place (callers pass an array of their own)."""
     take: np.ndarray | None = None
-    if start.size and (start.min() < batch.start or end.max() > batch.end):
-        start, end = np.maximum(start, batch.start), np.minimum(end, batch.end)
+    if start.size and start.min() < batch.start:
+        start = np.maximum(start, batch.start)
+    if end.size and end.max() > batch.end:
+        np.minimum(end, batch.end, out=end)
     kept = end > start
     if not kept.all():
         take = np.flatnonzero(kept)
         start, end = start[take], end[take]
     hour = start // HOUR_MS
-    hour_end = (hour + 1) * HOUR_MS
-    dur = np.minimum(end, hour_end) - start
+    hour_end = hour + 1
+    hour_end *= HOUR_MS
+    dur = np.minimum(end, hour_end)
+    dur -= start
     crossing = np.flatnonzero(end > hour_end)
+    segments: list[_Piece] = [(take, hour, dur)]
     if crossing.size:
         first, last = hour[crossing] + 1, (end[crossing] - 1) // HOUR_MS
         counts = last - first + 1
         at = np.repeat(crossing, counts)
         more = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(len(at))
         more_dur = np.minimum(end[at], (more + 1) * HOUR_MS) - more * HOUR_MS
-        source = take if take is not None else np.arange(len(start))
-        take = np.concatenate([source, source[at]])
-        hour, dur = np.concatenate([hour, more]), np.concatenate([dur, more_dur])
-    return take, hour, dur
+        segments.append((take[at] if take is not None else at, more, more_dur))
+    return segments
 
 
 def _pack_row(batch: _Batch, dev: np.ndarray, hour: np.ndarray, wl: np.ndarray) -> np.ndarray:
     """``batch.row_key`` of (device, hour, workload) columns, in NumPy."""
     key = batch.row_key
-    return (dev << key.shift_of("dev")) | (hour << key.shift_of("hour")) | wl
+    rk = np.left_shift(dev, key.shift_of("dev"))
+    rk |= np.left_shift(hour, key.shift_of("hour"))
+    rk |= wl
+    return rk
 
 
-def _metric_stats(
-    rk: np.ndarray,
-    metric: np.ndarray,
-    value: np.ndarray,
-    dur: np.ndarray,
-    share: np.ndarray | None,
-    window: Window,
-) -> pl.DataFrame:
+_Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
+
+
+def _metric_stats(segments: list[_Segment], window: Window) -> pl.DataFrame:
     """Per (ledger row ``rk``, gauge metric): observed ``w``, ``wv`` (∫ value), ``w_idle``,
     ``v_max`` and, for utilization metrics, the histogram ``h0…`` of observed time by bucket.
 
-    The pieces come in chain order, so a (row, metric) is a few long runs of consecutive pieces
-    (a workload or an hour changes rarely): each run is summed in one pass of NumPy's ``reduceat``
-    (the histogram by ``bincount`` on run × bucket), and only the runs — thousands, not millions —
-    are grouped. A hash group-by of every piece by (row, metric, bucket) took most of this time.
-    Runs of a metric that is no gauge (the energy counter, carried along) are dropped.
+    Each segment (``rk``, metric, value, ms, share) comes in chain order, so a (row, metric) is a
+    few long runs of consecutive pieces (a workload or an hour changes rarely): each run is
+    summed in one pass of NumPy's ``reduceat`` (the histogram by ``bincount`` on run × bucket),
+    and only the runs — thousands, not millions — are grouped. A hash group-by of every piece by
+    (row, metric, bucket) took most of this time. Runs of a metric that is no gauge (the energy
+    counter, carried along) are dropped.
     """
     hist_cols = [f"h{i}" for i in range(_N_BUCKETS)]
-    if rk.size == 0:
+    tables = [_runs(*segment, window) for segment in segments if segment[0].size]
+    if not tables:
         floats = {c: pl.Float64 for c in ["w", "wv", "w_idle", *hist_cols, "v_max"]}
         return pl.DataFrame(schema={"rk": pl.Int64, "metric": pl.Int64, **floats})
-    group = rk * _N_METRICS + metric
-    new_run = np.empty(len(group), dtype=bool)
-    new_run[0] = True
-    np.not_equal(group[1:], group[:-1], out=new_run[1:])
-    starts = np.flatnonzero(new_run)
-    w = dur * share if share is not None else dur.astype(np.float64)
-    runs: dict[str, np.ndarray] = {
-        "g": group[starts],
-        "w": np.add.reduceat(w, starts),
-        "wv": np.add.reduceat(w * value, starts),
-        "w_idle": np.add.reduceat(np.where(value < window.idle_threshold_pct, w, 0.0), starts),
-        "v_max": np.maximum.reduceat(value, starts),
-    }
-    util = np.flatnonzero(_IS_UTIL[metric])
-    # The run of each utilization piece, and its bucket: ``searchsorted`` on the inner edges.
-    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group))))[util]
-    edges = np.asarray(HIST_EDGES_PCT[1:-1], dtype=np.float64)
-    bucket = np.minimum(np.searchsorted(edges, value[util], side="right"), _N_BUCKETS - 1)
-    hist = np.bincount(run * _N_BUCKETS + bucket, weights=w[util], minlength=len(starts) * _N_BUCKETS)
-    hist = hist.reshape(len(starts), _N_BUCKETS)
-    runs.update({f"h{i}": hist[:, i] for i in range(_N_BUCKETS)})
+    runs = {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
     gauge_runs = _IS_GAUGE[runs["g"] % _N_METRICS]
     if not gauge_runs.all():
         runs = {name: column[gauge_runs] for name, column in runs.items()}
@@ -763,6 +756,47 @@ def _metric_stats(
             pl.all().exclude("g"),
         )
     )
+
+
+def _runs(
+    rk: np.ndarray,
+    metric: np.ndarray,
+    value: np.ndarray,
+    dur: np.ndarray,
+    share: np.ndarray | None,
+    window: Window,
+) -> dict[str, np.ndarray]:
+    """One segment's runs of equal (row, metric): their key ``g`` and sums (``_metric_stats``)."""
+    group = rk  # the caller's own array: turned into the (row, metric) key in place
+    group *= _N_METRICS
+    group += metric
+    new_run = np.empty(len(group), dtype=bool)
+    new_run[0] = True
+    np.not_equal(group[1:], group[:-1], out=new_run[1:])
+    starts = np.flatnonzero(new_run)
+    w = dur * share if share is not None else dur.astype(np.float64)
+    product = w * value
+    runs: dict[str, np.ndarray] = {
+        "g": group[starts],
+        "w": np.add.reduceat(w, starts),
+        "wv": np.add.reduceat(product, starts),
+    }
+    np.copyto(product, 0.0)
+    np.copyto(product, w, where=value < window.idle_threshold_pct)
+    runs["w_idle"] = np.add.reduceat(product, starts)
+    runs["v_max"] = np.maximum.reduceat(value, starts)
+    util = np.flatnonzero(_IS_UTIL[metric])
+    # The run of each utilization piece, and its bucket: how many inner edges lie at or below
+    # the value (what ``searchsorted(edges, value, "right")`` gives, by compares: no branches).
+    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group))))[util]
+    run *= _N_BUCKETS
+    util_value = value[util]
+    for edge in HIST_EDGES_PCT[1:-1]:
+        run += util_value >= edge
+    hist = np.bincount(run, weights=w[util], minlength=len(starts) * _N_BUCKETS)
+    hist = hist.reshape(len(starts), _N_BUCKETS)
+    runs.update({f"h{i}": hist[:, i] for i in range(_N_BUCKETS)})
+    return runs
 
 
 def _widen(per_metric: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
@@ -802,29 +836,23 @@ def _widen(per_metric: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
 
 
 def _energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
+    """Counter joules per ledger row: each delta spread evenly over the span between readings."""
+    if not ordered.sliced:
+        return _chain_energy(batch, window, ordered)
     key = batch.reading_key
     k = pl.col("k")
     # The energy chains, in chain order: keyed by (dev, ts, wl) they are in key order too.
     counter = ordered.unique.filter(pl.col("metric") == _ENERGY).with_columns(
         key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
     )
-    if ordered.sliced:
-        counter = counter.with_columns(
-            _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),
-            _next_distinct(pl.col("value"), pl.col("ts"), pl.col("dev")).alias("next_value"),
-        )
-    else:  # one reading per ts: the next row of the device's chain is its next reading
-        same_dev = pl.col("dev").shift(-1) == pl.col("dev")
-        counter = counter.with_columns(
-            pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next"),
-            pl.when(same_dev).then(pl.col("value").shift(-1)).alias("next_value"),
-        )
+    counter = counter.with_columns(
+        _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"),
+        _next_distinct(pl.col("value"), pl.col("ts"), pl.col("dev")).alias("next_value"),
+    )
     counter = counter.filter(
         pl.col("next").is_not_null() & ((pl.col("next") - pl.col("ts")) <= window.presence_ms)
     )
-    counter = (
-        _shares(counter, key.prefix(k, "ts")) if ordered.sliced else counter.with_columns(share=pl.lit(1.0))
-    )
+    counter = _shares(counter, key.prefix(k, "ts"))
     # A drop is a counter reset: the later reading counts from zero.
     delta = (
         pl.when(pl.col("next_value") >= pl.col("value"))
@@ -838,8 +866,57 @@ def _energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
         pl.col("next").alias("end"),
         (delta * pl.col("share") / (pl.col("next") - pl.col("ts"))).alias("j_per_ms"),
     )
-    pieces = _split_hours(spans, batch)
-    return pieces.group_by("rk").agg((pl.col("j_per_ms") * pl.col("dur_ms")).sum().alias("counter_j"))
+    dev, wl, start, end, j_per_ms = (spans[c].to_numpy() for c in spans.columns)
+    return _sum_by_row(batch, dev, wl, start, end.copy(), j_per_ms, "counter_j")
+
+
+def _chain_energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
+    """``_energy`` when nothing is time-sliced: a reading's successor in its device's energy chain
+    is its next reading, every share is 1 (``delta × 1 / ms`` is ``delta / ms``, bit for bit)."""
+    rows = ordered.unique
+    starts = ordered.starts if not ordered.repeated else _chain_starts(rows["k"].to_numpy(), batch.sample_key)
+    metric = rows["metric"].to_numpy()
+    chains = np.flatnonzero(metric[starts] == _ENERGY)
+    if not chains.size:
+        return pl.DataFrame(schema={"rk": pl.Int64, "counter_j": pl.Float64})
+    begin, stop = starts[chains], np.append(starts[1:], len(metric))[chains]
+    lengths = stop - begin
+    at = np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+    ts, value = rows["ts"].to_numpy()[at], rows["value"].to_numpy()[at]
+    same = np.ones(max(len(at) - 1, 0), dtype=bool)  # reading i+1 is in reading i's chain
+    same[np.cumsum(lengths)[:-1] - 1] = False
+    step = ts[1:] - ts[:-1]
+    i = np.flatnonzero(same & (step <= window.presence_ms))
+    value, next_value = value[i], value[i + 1]
+    # A drop is a counter reset: the later reading counts from zero.
+    delta = np.where(next_value >= value, next_value - value, next_value)
+    j_per_ms = delta / step[i]
+    at = at[i]
+    dev, wl = rows["dev"].to_numpy()[at], rows["wl"].to_numpy()[at]
+    return _sum_by_row(batch, dev, wl, ts[i], ts[i + 1], j_per_ms, "counter_j")
+
+
+def _sum_by_row(
+    batch: _Batch,
+    dev: np.ndarray,
+    wl: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    weight: np.ndarray,
+    name: str,
+) -> pl.DataFrame:
+    """Per ledger row, the sum of ``weight × ms`` over the intervals' pieces (``_pieces``; ``end``
+    may be clipped in place)."""
+    rk, x = [], []
+    for take, hour, dur in _pieces(start, end, batch):
+        if take is None:
+            rk.append(_pack_row(batch, dev, hour, wl))
+            x.append(weight * dur)
+        else:
+            rk.append(_pack_row(batch, dev[take], hour, wl[take]))
+            x.append(weight[take] * dur)
+    pieces = pl.DataFrame({"rk": np.concatenate(rk), "x": np.concatenate(x)})
+    return pieces.group_by("rk").agg(pl.col("x").sum().alias(name))
 
 
 def _empty_row_frame() -> pl.DataFrame:
