@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text
 
 from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
 from service.dbtypes import table_of
@@ -64,7 +64,7 @@ def delete_lines(
         return Deleted(0, None, None)
     scope = and_(_LINES.c.source == source, or_(*clauses))
     if sparing:
-        scope = and_(scope, _not_in_tables(sparing))
+        return _delete_sparing(conn, source, period, files, sparing)
     count, first, last = conn.execute(
         select(func.count(), func.min(_LINES.c.charge_start), func.max(_LINES.c.charge_end)).where(scope)
     ).one()
@@ -73,10 +73,51 @@ def delete_lines(
     return Deleted(int(count), _aware(first), _aware(last))
 
 
-def _not_in_tables(oids: Sequence[int]) -> TextClause:
-    return text("CAST(billing_line.tableoid AS bigint) <> ALL(CAST(:sparing AS bigint[]))").bindparams(
-        sparing=[int(oid) for oid in oids]
-    )
+def _line_tables(conn: Connection, sparing: Sequence[int]) -> list[str]:
+    """``billing_line`` itself and its unit tables but those ``sparing`` names, each to be read
+    alone (``ONLY``): a filter on ``tableoid`` would look up and fetch every line of the spared
+    table first — on a re-import, the whole month it replaces."""
+    children = conn.execute(
+        text(
+            "SELECT CAST(i.inhrelid AS bigint), CAST(CAST(i.inhrelid AS regclass) AS text)"
+            " FROM pg_inherits i WHERE i.inhparent = CAST('public.billing_line' AS regclass) ORDER BY 1"
+        )
+    ).all()
+    spared = {int(oid) for oid in sparing}
+    return ["ONLY public.billing_line", *(f"ONLY {name}" for oid, name in children if int(oid) not in spared)]
+
+
+def _delete_sparing(
+    conn: Connection,
+    source: str,
+    period: tuple[dt.datetime, dt.datetime] | None,
+    files: Sequence[str],
+    sparing: Sequence[int],
+) -> Deleted:
+    """:func:`delete_lines` on PostgreSQL, table by table, leaving the ``sparing`` tables alone."""
+    terms = []
+    if period is not None:
+        terms.append("(charge_start >= %(start)s AND charge_start < %(end)s)")
+    if files:
+        terms.append("source_file = ANY(%(files)s)")
+    where = f"source = %(source)s AND ({' OR '.join(terms)})"
+    params = {
+        "source": source,
+        "files": list(files),
+        "start": period and period[0],
+        "end": period and period[1],
+    }
+    count, first, last = 0, None, None
+    for table in _line_tables(conn, sparing):
+        n, lo, hi = conn.exec_driver_sql(
+            f"SELECT count(*), min(charge_start), max(charge_end) FROM {table} WHERE {where}", params
+        ).one()
+        if n:
+            conn.exec_driver_sql(f"DELETE FROM {table} WHERE {where}", params)
+            count += int(n)
+            first = lo if first is None else min(first, lo)
+            last = hi if last is None else max(last, hi)
+    return Deleted(count, _aware(first), _aware(last))
 
 
 def _aware(value: dt.datetime | str | None) -> dt.datetime | None:
@@ -170,12 +211,13 @@ def _probe_postgresql(
     conn.exec_driver_sql(f"TRUNCATE {_PROBE}")
     bulk.copy_csv(conn, _PROBE, keys.to_frame("line_key"))
     conn.exec_driver_sql(f"ANALYZE {_PROBE}")
-    rows = conn.exec_driver_sql(
+    tables = _line_tables(conn, sparing) if sparing else ["billing_line"]
+    query = " UNION ALL ".join(
         f"SELECT l.line_key, l.source_file, l.line_no FROM {_PROBE} AS k"
-        " JOIN billing_line AS l ON l.line_key = k.line_key WHERE l.source = %(source)s"
-        " AND l.tableoid::bigint <> ALL(CAST(%(sparing)s AS bigint[]))",
-        {"source": source, "sparing": [int(oid) for oid in sparing]},
-    ).all()
+        f" JOIN {table} AS l ON l.line_key = k.line_key WHERE l.source = %(source)s"
+        for table in tables
+    )
+    rows = conn.exec_driver_sql(query, {"source": source}).all()
     return [tuple(r) for r in rows]
 
 

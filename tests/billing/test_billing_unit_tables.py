@@ -185,3 +185,25 @@ def test_sqlite_keeps_every_line_in_billing_line(sqlite_url: str) -> None:
             assert conn.exec_driver_sql("SELECT count(*) FROM billing_line").scalar_one() == 3
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_periods_import_still_deletes_its_lines_from_other_tables(pg: Engine) -> None:
+    """September replaces every line charged in September: also one the August import stored in
+    August's table (charged on Sep 1, within a day of its period), and a September file's lines
+    left in billing_line itself by an import without a period — table by table, the replaced
+    September table spared (it goes whole)."""
+    straggler = batch(
+        "s3://cur/2025-08/a1/part-9.csv",
+        [usage("aug-late", charge_start=SEP, charge_end=SEP + dt.timedelta(hours=1))],
+    )
+    straggler.period_start, straggler.period_end = AUG, SEP
+    loose = batch("loose.csv", [usage("loose")], period=False)
+    run(pg, part(1, ["a"]), straggler, loose, start=AUG)
+    with pg.connect() as conn:
+        assert sorted(k for k, _, _ in keys(conn)) == ["a", "aug-late", "loose"]
+    again = run(pg, part(1, ["a"]))
+    assert (again.accepted, again.refused, again.lines_replaced) == (1, 0, 3)
+    with pg.connect() as conn:
+        assert [k for k, _, _ in keys(conn)] == ["a"]
+        assert sorted(unit_tables(conn).values()) == [0, 1]  # August's table, now empty; September's
