@@ -1,6 +1,7 @@
 """Benchmark (a): normalization throughput, samples/s on one core, in-memory batch → ledger rows written.
 
     .venv/bin/python bench/normalize_throughput.py [--devices 100] [--hours 24] [--period-s 5] [--strings]
+                                                   [--repeat 3] [--baseline REV]
 
 Builds one DCGM-like batch (gpu_util, sm_active, power_w, energy_j, mem_used_b, temp_c per device,
 a workload change per device every half hour), series after series as a connector hands them
@@ -9,16 +10,25 @@ columns, as connectors handed them before issue 13). Then times ``normalize`` al
 "normalization, one core" figure) and normalize → price → write into a fresh SQLite file (the
 same calls the ingestor makes). Reports wall and process CPU time; with POLARS_MAX_THREADS=1 the
 CPU time is one core's.
+
+``--baseline REV``: also loads ``service/ledger/normalize.py`` as it was at git revision ``REV``,
+checks that it gives the same rows bit for bit, and times the two alternately (``normalize``
+alone, CPU time), so both see the same machine load; the load average is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import resource
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")
 # The allocator policy the server runs with (service/__init__.py); it must be set before polars loads.
@@ -30,6 +40,7 @@ from sqlmodel import SQLModel  # noqa: E402
 
 from connectors.base import SAMPLE_SCHEMA, DeviceInfo, WorkloadInfo  # noqa: E402
 from service.db import make_engine  # noqa: E402
+from service.ledger import normalize as current  # noqa: E402
 from service.ledger import store  # noqa: E402
 from service.ledger.ingest import _with_dimensions  # noqa: E402
 from service.ledger.normalize import Window, normalize  # noqa: E402
@@ -70,6 +81,61 @@ def batch(devices: int, hours: int, period_ms: int, seed: int = 7, strings: bool
     )
 
 
+def baseline_module(rev: str) -> ModuleType:
+    """``service/ledger/normalize.py`` at git revision ``rev``, imported under its own name."""
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "show", f"{rev}:service/ledger/normalize.py"], cwd=root,
+                            check=True, capture_output=True, text=True).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp(prefix="gl-baseline-")) / "normalize_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("normalize_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["normalize_baseline"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare(samples: pl.DataFrame, hours: int, period_s: float, rev: str, repeat: int) -> None:
+    """``normalize`` now and at ``rev``: the same rows, then CPU time alternately."""
+    from polars.testing import assert_frame_equal
+
+    old = baseline_module(rev)
+    windows = {
+        name: module.Window(0, hours * HOUR_MS, max_gap_ms=int(2 * period_s * 1000), presence_gap_ms=HOUR_MS)
+        for name, module in (("baseline", old), ("now", current))
+    }
+    assert_frame_equal(
+        old.normalize(samples, windows["baseline"]),
+        current.normalize(samples, windows["now"]),
+        check_exact=True,
+    )
+    print(f"baseline {rev}: the same ledger rows, bit for bit")
+    times: dict[str, list[float]] = {"baseline": [], "now": []}
+    loads = []
+    for attempt in range(repeat):
+        order = [("baseline", old), ("now", current)]
+        for name, module in order if attempt % 2 == 0 else order[::-1]:
+            cpu0 = time.process_time()
+            module.normalize(samples, windows[name])
+            times[name].append(time.process_time() - cpu0)
+        loads.append(os.getloadavg()[0])
+    for name, values in times.items():
+        ordered = sorted(values)
+        median = ordered[len(ordered) // 2]
+        print(
+            f"{name:>8}: normalize alone, CPU s {' '.join(f'{v:.2f}' for v in values)}; median {median:.2f} "
+            f"({samples.height / median / 1e6:.2f} M samples/s per core), best {ordered[0]:.2f} "
+            f"({samples.height / ordered[0] / 1e6:.2f} M/s)"
+        )
+    ratio = sorted(n / b for n, b in zip(times["now"], times["baseline"], strict=True))
+    print(
+        f"now / baseline CPU per pair: {' '.join(f'{r:.2f}' for r in ratio)} "
+        f"(median {ratio[len(ratio) // 2]:.2f}); "
+        f"load average during the pairs {min(loads):.1f}–{max(loads):.1f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, default=100)
@@ -77,6 +143,7 @@ def main() -> None:
     parser.add_argument("--period-s", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--strings", action="store_true", help="String columns instead of Categorical")
+    parser.add_argument("--baseline", metavar="REV", help="also time normalize.py of this git revision")
     args = parser.parse_args()
     samples = batch(args.devices, args.hours, int(args.period_s * 1000), strings=args.strings)
     devices = {
@@ -106,6 +173,8 @@ def main() -> None:
         f"{len(METRICS)} metrics every {args.period_s:g} s; "
         f"{'String' if args.strings else 'Categorical'} device_id/metric/workload_key"
     )
+    if args.baseline:
+        compare(samples, args.hours, args.period_s, args.baseline, args.repeat)
     for attempt in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
             engine = make_engine(f"sqlite:///{tmp}/bench.db")

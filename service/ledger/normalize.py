@@ -375,36 +375,6 @@ def _shares(frame: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
     return pl.concat([lone, shared]).drop("_multi")
 
 
-def _split_hours(frame: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
-    """Clip [start, end) to the window and cut it at UTC hours: one row per piece with dur_ms."""
-    clipped = frame.with_columns(
-        pl.col("start").clip(lower_bound=batch.start), pl.col("end").clip(upper_bound=batch.end)
-    )
-    if not clipped.select((pl.col("end") > pl.col("start")).all()).item():  # skip the copy when all are kept
-        clipped = clipped.filter(pl.col("end") > pl.col("start"))
-    hour = pl.col("start") // HOUR_MS
-    hour_end = (hour + 1) * HOUR_MS
-    # Every interval's first piece is computed in place; the few that cross an hour boundary
-    # add their further pieces, exploded from a small frame.
-    first = clipped.with_columns(
-        hour.alias("hour"), (pl.min_horizontal("end", hour_end) - pl.col("start")).alias("dur_ms")
-    )
-    rest = (
-        clipped.filter(pl.col("end") > hour_end)
-        .with_columns(pl.int_ranges(hour + 1, (pl.col("end") - 1) // HOUR_MS + 1).alias("hour"))
-        .explode("hour")
-        .with_columns(
-            (pl.min_horizontal("end", (pl.col("hour") + 1) * HOUR_MS) - pl.col("hour") * HOUR_MS).alias(
-                "dur_ms"
-            )
-        )
-    )
-    pieces = pl.concat([first, rest]) if not rest.is_empty() else first
-    return pieces.with_columns(
-        batch.row_key.pack(dev=pl.col("dev"), hour=pl.col("hour"), wl=pl.col("wl")).alias("rk")
-    )
-
-
 def _presence(
     batch: _Batch, window: Window, ordered: _Ordered
 ) -> tuple[pl.DataFrame, pl.DataFrame, _Layout | None]:
