@@ -190,6 +190,9 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
         metric, _ = _ranks(samples["metric"], None, fixed=_METRICS)
     else:
         metric = samples["metric"].replace_strict(_CODE, default=-1, return_dtype=pl.Int64).to_numpy()
+    share = samples["share"]  # within [0, 1] and never null as connectors hand it: no copy then
+    if share.null_count() or (share.len() and not 0.0 <= share.min() <= share.max() <= 1.0):  # type: ignore[operator]
+        share = share.fill_null(1.0).clip(0.0, 1.0)
     frame = pl.DataFrame(
         {
             "dev": dev,
@@ -197,7 +200,7 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
             "ts": samples["ts_ms"] - origin,
             "wl": wl,
             "value": samples["value"],
-            "share": samples["share"].fill_null(1.0).clip(0.0, 1.0),
+            "share": share,
         }
     )
     ts, value = pl.col("ts"), pl.col("value")
@@ -209,7 +212,17 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
         & (ts >= 0)
         & (ts < window.read_end_ms - origin)
     )
-    if not frame.select(keep.all()).item():
+    # Usually every row is kept: said by a few reductions instead of evaluating ``keep`` per row.
+    values, times = samples["value"], samples["ts_ms"]
+    every_row_kept = not len(dev) or (
+        dev.min() >= 0
+        and metric.min() >= 0
+        and not values.null_count()
+        and not values.is_nan().any()
+        and times.min() >= origin  # type: ignore[operator]
+        and times.max() < window.read_end_ms  # type: ignore[operator]
+    )
+    if not every_row_kept:
         frame = frame.filter(keep)
         # Devices and workloads of the kept rows only, as the String path encodes them.
         used_dev = np.flatnonzero(np.bincount(frame["dev"].to_numpy(), minlength=len(devices)))
