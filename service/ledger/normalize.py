@@ -1,4 +1,4 @@
-"""Samples → hourly ledger rows (docs/design.md §3), in one columnar pass with Polars.
+"""Samples → hourly ledger rows (docs/design.md §3), column by column with Polars and NumPy.
 
 Rules, where a reading could differ (docs/design.md §3.6; docs/ledger-semantics.md says why):
 
@@ -27,7 +27,9 @@ every step runs on one bit-packed Int64 key (service/ledger/keys.py) in chain or
 is sorted only when it is not — and the scrape-shaped common case (every metric of a device at
 the same times, one owner per reading) takes presence from one chain per device instead of a
 group-by of every sample (tests/ledger/test_normalize_categorical.py pins both to the general
-paths, exactly).
+paths, exactly). From the intervals on (gauge readings, presence, energy spans) the steps are
+NumPy passes over the chains — clip to the window, cut at UTC hours, sum each run of equal
+(ledger row, metric) — shared by the fast and the general paths, so both give the same floats.
 """
 
 from __future__ import annotations
