@@ -76,7 +76,10 @@ def _iso(frame: pl.DataFrame) -> Callable[[], list[Any]] | None:
         return lambda: [None] * frame.height
     if (column.dt.microsecond() != 0).any():
         return None
-    return lambda: column.dt.strftime(ISO_SECONDS).to_list()
+    # a page holds few distinct periods: format each once, then look them up
+    distinct = column.drop_nulls().unique()
+    texts = distinct.dt.strftime(ISO_SECONDS)
+    return lambda: column.replace_strict(distinct, texts, return_dtype=pl.String).to_list()
 
 
 def bucket_columns(
@@ -132,11 +135,7 @@ def cursor_column(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> list
             )
         parts.append(text.fill_null(pl.lit("null")))
     json_text = pl.concat_str([pl.lit("["), pl.concat_str(parts, separator=","), pl.lit("]")])
-    encoded = (
-        json_text.str.encode("base64")
-        .str.replace_all("+", "-", literal=True)
-        .str.replace_all("/", "_", literal=True)
-    )
+    encoded = json_text.str.encode("base64").str.replace_many(["+", "/"], ["-", "_"])
     return frame.select(encoded.alias("cursor"))["cursor"].to_list()
 
 
