@@ -295,13 +295,30 @@ class _Ordered:
     starts: np.ndarray  # where each chain of ``rows`` begins
 
 
-def _chain_starts(k: np.ndarray, key: Packing) -> np.ndarray:
-    """Indices where a (device, metric) chain begins in keys ``k`` (in chain order)."""
-    chain = k >> key.shift_of("metric")
-    new_chain = np.empty(len(k), dtype=bool)
+def _chain_starts(frame: pl.DataFrame) -> np.ndarray:
+    """Indices where a (device, metric) chain begins in ``frame`` (in chain order). Compared
+    column by column: NumPy's fresh arrays cost page faults, and booleans are an eighth of them."""
+    dev, metric = frame["dev"].to_numpy(), frame["metric"].to_numpy()
+    new_chain = np.empty(len(dev), dtype=bool)
     new_chain[:1] = True
-    np.not_equal(chain[1:], chain[:-1], out=new_chain[1:])
+    np.not_equal(dev[1:], dev[:-1], out=new_chain[1:])
+    new_chain[1:] |= metric[1:] != metric[:-1]
     return np.flatnonzero(new_chain)
+
+
+def _pack(key: Packing, **columns: pl.Series | np.ndarray) -> np.ndarray:
+    """``key.pack`` in NumPy, in place (Horner's scheme: one array, no temporaries)."""
+    packed: np.ndarray | None = None
+    for name, width in key.fields:
+        part = columns[name]
+        part = part.to_numpy() if isinstance(part, pl.Series) else part
+        if packed is None:
+            packed = part.astype(np.int64, copy=True)
+        else:
+            packed <<= width
+            packed |= part
+    assert packed is not None
+    return packed
 
 
 def _order(batch: _Batch) -> _Ordered:
@@ -314,25 +331,22 @@ def _order(batch: _Batch) -> _Ordered:
     """
     key = batch.sample_key
     frame = batch.frame
-    k = np.left_shift(frame["dev"].to_numpy(), key.shift_of("dev"))  # key.pack, in place
-    part = np.left_shift(frame["metric"].to_numpy(), key.shift_of("metric"))
-    k |= part
-    k |= np.left_shift(frame["ts"].to_numpy(), key.shift_of("ts"), out=part)
-    k |= frame["wl"].to_numpy()
-    del part
+    k = _pack(key, dev=frame["dev"], metric=frame["metric"], ts=frame["ts"], wl=frame["wl"])
     frame = frame.with_columns(pl.Series("k", k))
-    starts = _chain_starts(k, key)
+    starts = _chain_starts(frame)
     within = np.ones(len(k) - 1, dtype=bool)  # row i+1 continues row i's chain
     within[starts[1:] - 1] = False
     chains = k[starts] >> key.shift_of("metric")
     if np.any(within & (k[1:] < k[:-1])) or len(np.unique(chains)) != len(chains):
         frame = frame.sort("k")
         k = frame["k"].to_numpy()
-        starts = _chain_starts(k, key)
+        starts = _chain_starts(frame)
+        within = np.ones(len(k) - 1, dtype=bool)
+        within[starts[1:] - 1] = False
     same = k[1:] == k[:-1]
     repeated = bool(same.any())
-    reading = k >> key.shift_of("ts")
-    sliced = bool(np.any((reading[1:] == reading[:-1]) & ~same))
+    ts = frame["ts"].to_numpy()  # the same (device, metric, ts) for another workload: time-sliced
+    sliced = bool(np.any(within & ~same & (ts[1:] == ts[:-1])))
     unique = _dedupe(frame) if repeated else frame
     return _Ordered(frame, unique, repeated, sliced, starts)
 
@@ -616,7 +630,7 @@ def _chain_gauge_intervals(
     reading. Every sample is carried (no copy of the gauge rows); the energy counter's rows go
     through as well and are dropped with their sums (``_metric_stats``)."""
     rows = ordered.unique
-    starts = ordered.starts if not ordered.repeated else _chain_starts(rows["k"].to_numpy(), batch.sample_key)
+    starts = ordered.starts if not ordered.repeated else _chain_starts(rows)
     dev, metric, ts = rows["dev"].to_numpy(), rows["metric"].to_numpy(), rows["ts"].to_numpy()
     wl, value = rows["wl"].to_numpy(), rows["value"].to_numpy()
     end = ts + window.max_gap_ms  # the cap; then the chain's next reading when sooner
@@ -683,11 +697,11 @@ def _pieces(start: np.ndarray, end: np.ndarray, batch: _Batch) -> list[_Piece]:
         take = np.flatnonzero(kept)
         start, end = start[take], end[take]
     hour = start // HOUR_MS
-    hour_end = hour + 1
-    hour_end *= HOUR_MS
-    dur = np.minimum(end, hour_end)
+    dur = hour + 1  # first the end of each start's hour, then the first piece's ms (one array)
+    dur *= HOUR_MS
+    crossing = np.flatnonzero(end > dur)
+    np.minimum(end, dur, out=dur)
     dur -= start
-    crossing = np.flatnonzero(end > hour_end)
     segments: list[_Piece] = [(take, hour, dur)]
     if crossing.size:
         first, last = hour[crossing] + 1, (end[crossing] - 1) // HOUR_MS
@@ -701,11 +715,7 @@ def _pieces(start: np.ndarray, end: np.ndarray, batch: _Batch) -> list[_Piece]:
 
 def _pack_row(batch: _Batch, dev: np.ndarray, hour: np.ndarray, wl: np.ndarray) -> np.ndarray:
     """``batch.row_key`` of (device, hour, workload) columns, in NumPy."""
-    key = batch.row_key
-    rk = np.left_shift(dev, key.shift_of("dev"))
-    rk |= np.left_shift(hour, key.shift_of("hour"))
-    rk |= wl
-    return rk
+    return _pack(batch.row_key, dev=dev, hour=hour, wl=wl)
 
 
 _Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
@@ -770,10 +780,13 @@ def _runs(
     np.copyto(product, w, where=value < window.idle_threshold_pct)
     runs["w_idle"] = np.add.reduceat(product, starts)
     runs["v_max"] = np.maximum.reduceat(value, starts)
-    util = np.flatnonzero(_IS_UTIL[metric])
-    # The run of each utilization piece, and its bucket: how many inner edges lie at or below
-    # the value (what ``searchsorted(edges, value, "right")`` gives, by compares: no branches).
-    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group))))[util]
+    # The utilization pieces are whole runs (a run has one metric): their indices and run numbers
+    # from the runs, and each piece's bucket: how many inner edges lie at or below the value (what
+    # ``searchsorted(edges, value, "right")`` gives, by compares: no branches).
+    util_runs = np.flatnonzero(_IS_UTIL[runs["g"] % _N_METRICS])
+    lengths = np.diff(np.append(starts, len(group)))[util_runs]
+    run = np.repeat(util_runs, lengths)
+    util = np.repeat(starts[util_runs] - np.cumsum(lengths) + lengths, lengths) + np.arange(len(run))
     run *= _N_BUCKETS
     util_value = value[util]
     for edge in HIST_EDGES_PCT[1:-1]:
@@ -859,7 +872,7 @@ def _chain_energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFr
     """``_energy`` when nothing is time-sliced: a reading's successor in its device's energy chain
     is its next reading, every share is 1 (``delta × 1 / ms`` is ``delta / ms``, bit for bit)."""
     rows = ordered.unique
-    starts = ordered.starts if not ordered.repeated else _chain_starts(rows["k"].to_numpy(), batch.sample_key)
+    starts = ordered.starts if not ordered.repeated else _chain_starts(rows)
     metric = rows["metric"].to_numpy()
     chains = np.flatnonzero(metric[starts] == _ENERGY)
     if not chains.size:
