@@ -4,13 +4,24 @@ format the server's numbers the way the page must show them."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
 from browser.conftest import WINDOW, LiveServer
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+def screenshots_dir() -> Path:
+    """Where the pages are photographed: docs/screenshots/ under ``scripts/screenshots``
+    (``GPU_LEDGER_SCREENSHOTS``), else a scratch folder, so a test run leaves the tree unchanged."""
+    chosen = os.environ.get("GPU_LEDGER_SCREENSHOTS")
+    folder = Path(chosen) if chosen else Path(tempfile.gettempdir()) / "gpu-ledger-screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 TOKEN_KEY = "gpu-ledger.token"  # api.js's sessionStorage key (GraphiQL's too)
 #: The dashboard's URL window for the demo's week (whole UTC days, end exclusive).
 DAYS = {"start": WINDOW["start"][:10], "end": WINDOW["end"][:10]}
@@ -100,5 +111,4 @@ def sum_money(rows: list[dict[str, Any]], field: str) -> dict[str, Decimal]:
 
 
 def screenshot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(screenshots_dir() / f"{name}.png"), full_page=True)

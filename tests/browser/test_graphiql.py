@@ -3,19 +3,18 @@ leaving 127.0.0.1, its *Bearer token* field carries the token, a query typed int
 shows the server's own answer, and a wrong token shows the 401. The ``page`` fixture fails a test on
 any console error or warning, page error or outside request; the only console lines allowed are
 Chromium's own "Failed to load resource … 401" for the refusals a test provokes (see
-:func:`expect_refusals`). Screenshot: docs/screenshots/graphiql.png.
+:func:`expect_refusals`). Screenshot: docs/screenshots/graphiql.png (scripts/screenshots).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from browser.conftest import ALLOWED_HOST, WINDOW, LiveServer, check_clean
+from browser.dashboard import screenshots_dir
 from playwright.sync_api import expect
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "graphiql.png"
 TOKEN_KEY = "gpu-ledger.token"  # ledger-graphiql.js's sessionStorage key
 QUERY = (
     f'{{ usage(window: {{start: "{WINDOW["start"]}", end: "{WINDOW["end"]}"}}, groupBy: [ENVIRONMENT]) '
@@ -99,9 +98,8 @@ def test_graphiql_offline_with_the_token_field(page: Any, live_server: LiveServe
     page.wait_for_selector(".graphiql-doc-explorer-title")
     page.click("button[aria-label^='Prettify']")
     assert page.evaluate(f"{RESPONSE_TEXT}.length") > 0
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert page.get_attribute("#ledger-token", "type") == "password"  # the screenshot shows dots
-    page.screenshot(path=str(SCREENSHOT))
+    page.screenshot(path=str(screenshots_dir() / "graphiql.png"))
 
     page.reload()
     page.wait_for_selector(".graphiql-query-editor .CodeMirror")
