@@ -17,8 +17,9 @@ from decimal import Decimal
 
 from sqlalchemy import Connection, text
 
+from service.reporting import DEFAULT_ROLE
+
 SCHEMA = "reporting"
-DEFAULT_ROLE = "gpu_ledger_reporting"
 #: PostgreSQL's identifier limit (NAMEDATALEN - 1 bytes).
 MAX_IDENTIFIER_BYTES = 63
 

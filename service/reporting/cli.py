@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from service.cli import FAILURE_EXIT, ConfigOpt, _settings, app, fail
-from service.reporting.access import DEFAULT_ROLE
+from service.reporting import DEFAULT_ROLE
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
