@@ -607,6 +607,32 @@ def _check_magnitude(frame: pl.DataFrame, group: list[str], totals: list[str], w
         )
 
 
+#: The largest |rate| in nanos per GPU-hour that a money column holds on every database: SQLite keeps
+#: nanos in a signed 64-bit integer (PostgreSQL's NUMERIC(24, 9) holds more).
+MAX_RATE_NANOS = 2**63 - 1
+
+
+def rate_overflow_message(resource: str, start_h: int) -> str:
+    """The refusal of a bill whose rate per GPU-hour no money column can hold — GPU-hours tiny for
+    the line's cost (1e-9 GPU-hours costing $17 is $17 billion per GPU-hour)."""
+    return (
+        f"{resource}: the bill's rate per GPU-hour from {hour_start(start_h):%Y-%m-%dT%H:%MZ} exceeds "
+        f"{from_nanos(MAX_RATE_NANOS)} (its GPU-hours are too small for its cost); not re-priced"
+    )
+
+
+def check_rates_storable(runs: pl.DataFrame) -> None:
+    """Refuse (a :class:`PricingError`, nothing written) rates no money column could store, naming
+    the first such run by resource and start, instead of an integer overflow in the database."""
+    if runs.is_empty():
+        return
+    rates = [c for c in ("r_eff", "r_billed", "r_list") if c in runs.columns]
+    too_big = runs.filter(pl.any_horizontal(pl.col(c).abs() > MAX_RATE_NANOS for c in rates))
+    if too_big.height:
+        first = too_big.sort("resource", "start_h").row(0, named=True)
+        raise PricingError(rate_overflow_message(first["resource"], first["start_h"]))
+
+
 def reprice(
     engine: Engine,
     start: dt.datetime,
@@ -640,6 +666,7 @@ def reprice(
         priced = _price(spans, devices, share)
         unmonitored = _unmonitored_rows(priced, _resources_frame(spans, catalog))
 
+        check_rates_storable(priced.rates)
         _replace_rates(conn, start, end, priced.rates)
         conn.execute(
             _HOUR.delete().where(

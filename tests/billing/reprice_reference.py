@@ -69,6 +69,7 @@ from sqlalchemy import (
 
 from connectors.sdk.shapes import DEVICE
 from service.billing.catalog import InstanceCatalog, bundled_catalog
+from service.billing.rates import MAX_RATE_NANOS, rate_overflow_message
 from service.dbtypes import table_of
 from service.ledger import store
 from service.ledger import version as ledger_version
@@ -455,6 +456,9 @@ def reprice(
                 run = _RateRun(key, h, h + 1, res.provider, resource)
                 rates.append(run)
 
+        for run in sorted(rates, key=lambda r: (r.resource, r.start_h)):
+            if any(abs(r) > MAX_RATE_NANOS for r in run.key[:3] if r is not None):
+                raise PricingError(rate_overflow_message(run.resource, run.start_h))
         _replace_rates(conn, start, end, [_rate_record(r) for r in rates])
         conn.execute(
             _HOUR.delete().where(

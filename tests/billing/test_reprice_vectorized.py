@@ -232,3 +232,36 @@ def test_a_narrower_window_cuts_the_rates_crossing_it_as_the_loop_did(engine: En
     assert snapshots[1] == snapshots[0]
     windows = sorted((r["valid_from"], r["valid_to"]) for r in snapshots[1][2])
     assert windows == [(at(3), at(4)), (at(4), at(5)), (at(5), at(6))]
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_rate_no_money_column_holds_is_refused(dialect: str, request: pytest.FixtureRequest) -> None:
+    """1e-9 GPU-hours, never metered, billed $17.179869184 is $17,179,869,184 per GPU-hour: above
+    the 2^63 − 1 nanos SQLite's integers hold. Both re-pricers refuse it the same way (hypothesis
+    found the overflow the loop crashed on), and the ledger is left as it was."""
+    url = request.getfixturevalue("sqlite_url" if dialect == "sqlite" else "pg_url")
+    engine = make_engine(url)
+
+    def rows() -> list[Any]:
+        start = at(0)
+        return [
+            line(
+                "i-a",
+                start,
+                start + dt.timedelta(hours=1),
+                "17.179869184",
+                gpu_count=8,
+                gpu_hours=D("1E-9"),
+                usage_quantity=D("1E-9"),
+            ),  # fmt: skip
+        ]  # no metered hour: the bill's own GPU-hours are the denominator
+
+    try:
+        result = assert_same(engine, rows)
+        assert result[0] == "error"
+        assert result[1] == (
+            "i-a: the bill's rate per GPU-hour from 2025-09-03T00:00Z exceeds 9223372036.854775807"
+            " (its GPU-hours are too small for its cost); not re-priced"
+        )
+    finally:
+        engine.dispose()
