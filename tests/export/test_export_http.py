@@ -146,6 +146,10 @@ def test_the_vs_prometheus_contract(app: tuple[str, dict[str, dict[str, str]]]) 
     assert r.status_code == 200 and r.headers["content-type"] == "application/vnd.apache.arrow.stream"
     frame = pl.read_ipc_stream(io.BytesIO(r.content))
     assert frame.columns[:2] == ["period_start", "device"]
+    # text columns travel dictionary-encoded: an Enum of the answer's own values, sorted
+    assert frame.schema["device"] == pl.Enum(["GPU-a", "GPU-b", "GPU-free", "GPU-odd"])
+    assert frame.schema["metric"] == pl.Enum(sorted(set(frame["metric"].cast(pl.String))))
+    assert frame.schema["gpu_hours"] == pl.Float64
     assert frame.select("device", "gpu_hours", "utilization_pct").rows() == [
         ("GPU-a", 1.0, 50.0),
         ("GPU-b", 1.0, 100.0),
@@ -311,3 +315,31 @@ def test_a_registered_question_is_served_in_its_formats(
         assert r.status_code == 404 and r.json()["parameter"] == "format"
         assert "no gpu-hours export as 'parquet'; there are csv" in r.json()["error"]
         assert 'route="/export/gpu-hours.csv"' in get(base, "/metrics").text
+
+
+def test_arrow_text_columns_are_dictionaries_of_their_values() -> None:
+    """Each String column becomes an Enum of its distinct values in sorted order (nulls stay null,
+    an all-null or empty column has no categories); other columns and CSV/Parquet are untouched."""
+    frame = pl.DataFrame(
+        {
+            "device": ["b", None, "a", "b"],
+            "none": pl.Series([None] * 4, dtype=pl.String),
+            "x": [1.5, 2.0, None, 3.0],
+        }
+    )
+    sink = io.BytesIO()
+    Format.ARROW.write(frame, sink)
+    back = pl.read_ipc_stream(io.BytesIO(sink.getvalue()))
+    assert back.schema == {"device": pl.Enum(["a", "b"]), "none": pl.Enum([]), "x": pl.Float64}
+    assert back.with_columns(pl.col("device", "none").cast(pl.String)).equals(frame)
+    assert back["device"].to_physical().to_list() == [1, None, 0, 1]
+    sink = io.BytesIO()
+    Format.PARQUET.write(frame, sink)
+    assert pl.read_parquet(io.BytesIO(sink.getvalue())).schema["device"] == pl.String
+    sink = io.BytesIO()
+    Format.CSV.write(frame, sink)
+    assert sink.getvalue().decode().splitlines()[:3] == ["device,none,x", "b,,1.5", ",,2.0"]
+    empty = pl.DataFrame(schema={"device": pl.String})
+    sink = io.BytesIO()
+    Format.ARROW.write(empty, sink)
+    assert pl.read_ipc_stream(io.BytesIO(sink.getvalue())).schema == {"device": pl.Enum([])}
