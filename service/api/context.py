@@ -55,6 +55,9 @@ class ApiContext:
     request: Any = field(default=None, repr=False)
     # time.monotonic() at which this request's SQL is cancelled (set when execution starts).
     deadline: float | None = None
+    # The result is only written out as JSON by orjson (the HTTP view): large lists may be
+    # pre-encoded orjson.Fragments (service.api.leaf_lists); in-process callers get real lists.
+    wire_json: bool = False
 
     @property
     def access(self) -> Access:

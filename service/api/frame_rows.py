@@ -48,13 +48,7 @@ def rounded_column(column: pl.Series) -> list[float | None]:
     (and very large or non-finite ones) go through Python's ``round``. k / 1e6 is then one
     correctly rounded division of two exact doubles: the double nearest to k / 10**6.
     """
-    x = column.cast(pl.Float64).to_numpy()  # nulls read NaN
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = x * 1e6
-        k = np.rint(scaled)
-        out = k / 1e6
-        near_half = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) <= 4 * np.spacing(np.abs(scaled))
-        risky = near_half | ~(np.abs(x) < _SCALED_MAX)
+    x, out, risky = _scaled_round(column)
     values: list[float | None] = out.tolist()
     for i in np.flatnonzero(risky).tolist():
         v = x[i]
@@ -65,21 +59,72 @@ def rounded_column(column: pl.Series) -> list[float | None]:
     return values
 
 
+def _scaled_round(column: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The column's values (nulls NaN), each rounded by ``rint(x * 1e6) / 1e6``, and where that
+    may differ from ``round(x, 6)`` (:func:`rounded_column`)."""
+    x = column.cast(pl.Float64).to_numpy()  # nulls read NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = x * 1e6
+        k = np.rint(scaled)
+        out = k / 1e6
+        near_half = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) <= 4 * np.spacing(np.abs(scaled))
+        risky = near_half | ~(np.abs(x) < _SCALED_MAX)
+    return x, out, risky
+
+
+def rounded_series(column: pl.Series) -> pl.Series | None:
+    """:func:`rounded_column` as a Float64 series (nulls null), or None where the column holds a
+    NaN or an infinity (whose serialization the scalar decides)."""
+    if not bool(column.is_finite().all()):  # nulls are skipped
+        return None
+    x, out, risky = _scaled_round(column)
+    for i in np.flatnonzero(risky & ~np.isnan(x)).tolist():
+        out[i] = round(float(x[i]), 6)
+    return pl.Series(column.name, out, dtype=pl.Float64, nan_to_null=True)
+
+
 def _instants(frame: pl.DataFrame) -> Callable[[], list[Any]]:
     return lambda: frame[PERIOD_START].to_list()
 
 
-def _iso(frame: pl.DataFrame) -> Callable[[], list[Any]] | None:
+def _iso(frame: pl.DataFrame) -> Callable[[], pl.Series] | None:
     """ISO text of the period starts, where each is a whole second (else the scalar serializes)."""
     column = frame[PERIOD_START]
     if column.null_count() == column.len():
-        return lambda: [None] * frame.height
+        return lambda: pl.Series(PERIOD_START, [None] * frame.height, dtype=pl.String)
     if (column.dt.microsecond() != 0).any():
         return None
     # a page holds few distinct periods: format each once, then look them up
     distinct = column.drop_nulls().unique()
     texts = distinct.dt.strftime(ISO_SECONDS)
-    return lambda: column.replace_strict(distinct, texts, return_dtype=pl.String).to_list()
+    return lambda: column.replace_strict(distinct, texts, return_dtype=pl.String)
+
+
+class Floats:
+    """A float column of the frame, rounded for display (:func:`rounded_column`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, frame: pl.DataFrame) -> list[float | None]:
+        return rounded_column(frame[self.name])
+
+    def series(self, frame: pl.DataFrame) -> pl.Series | None:
+        """The same values as a series (None: not expressible so)."""
+        return rounded_series(frame[self.name])
+
+
+class UpperText:
+    """A text column of the frame in upper case (metric names as GraphQL shows them)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, frame: pl.DataFrame) -> list[str | None]:
+        return self.series(frame).to_list()
+
+    def series(self, frame: pl.DataFrame) -> pl.Series:
+        return frame[self.name].cast(pl.String).str.to_uppercase()
 
 
 def bucket_columns(
@@ -111,18 +156,48 @@ def bucket_columns(
         dtype = frame.schema.get(name)
         if dtype == pl.String or (dtype == pl.Float64 and bool(frame[name].is_finite().all())):
             plain.add(name)
-    wire = {"period_start": iso} if iso is not None else None
-    return ColumnRows(cls, frame.height, makers, wire, frozenset(plain))
+    wire = {"period_start": _listing(iso)} if iso is not None else None
+    # The serialized values as series, for a response written as JSON by polars (ColumnRows.json).
+    series: dict[str, Callable[[], pl.Series | None]] = {"cursor": lambda: cursor_series(page, frame, order)}
+    if iso is not None:
+        series["period_start"] = iso
+    for d in dims:
+        if frame.schema[d] == pl.String:
+            series[d] = _series_of(frame, d)
+    for name, make in columns.items():
+        of = getattr(make, "series", None)
+        if of is not None:
+            series[name] = _applied_series(of, frame)
+    return ColumnRows(cls, frame.height, makers, wire, frozenset(plain), series)
+
+
+def _listing(make: Callable[[], pl.Series]) -> Callable[[], list[Any]]:
+    return lambda: make().to_list()
+
+
+def _series_of(frame: pl.DataFrame, name: str) -> Callable[[], pl.Series]:
+    return lambda: frame[name]
+
+
+def _applied_series(
+    of: Callable[[pl.DataFrame], pl.Series | None], frame: pl.DataFrame
+) -> Callable[[], pl.Series | None]:
+    return lambda: of(frame)
 
 
 def cursor_column(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> list[str]:
     """:meth:`Page.key_cursors` of the rows' order keys (the columns ``order``), the same text
     built column-wise: base64url of the JSON array ``[binding, key…]`` as orjson writes it."""
+    return cursor_series(page, frame, order).to_list()
+
+
+def cursor_series(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> pl.Series:
+    """:func:`cursor_column` as a String series."""
     if frame.height == 0:
-        return []
+        return pl.Series("cursor", [], dtype=pl.String)
     binding = orjson.dumps(page.binding or binding_of(page.field)).decode()
     if not order:  # one row (TOTAL without groupBy): the key is empty
-        return page.key_cursors([()] * frame.height)
+        return pl.Series("cursor", page.key_cursors([()] * frame.height), dtype=pl.String)
     parts: list[pl.Expr] = [pl.lit(binding)]
     for name in order:
         column = frame[name]
@@ -136,7 +211,7 @@ def cursor_column(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> list
         parts.append(text.fill_null(pl.lit("null")))
     json_text = pl.concat_str([pl.lit("["), pl.concat_str(parts, separator=","), pl.lit("]")])
     encoded = json_text.str.encode("base64").str.replace_many(["+", "/"], ["-", "_"])
-    return frame.select(encoded.alias("cursor"))["cursor"].to_list()
+    return frame.select(encoded.alias("cursor"))["cursor"]
 
 
 def _listed(frame: pl.DataFrame, name: str) -> Callable[[], list[Any]]:
@@ -149,6 +224,6 @@ def _applied(
     return lambda: make(frame)
 
 
-def floats(name: str) -> Callable[[pl.DataFrame], list[float | None]]:
+def floats(name: str) -> Floats:
     """A float column of the frame, rounded for display."""
-    return lambda frame: rounded_column(frame[name])
+    return Floats(name)

@@ -135,7 +135,7 @@ class LedgerGraphQL(GraphQL[ApiContext, None]):
         return value
 
     async def get_context(self, request: Any, response: Any) -> ApiContext:
-        return ApiContext(self.engine, self.settings, request)
+        return ApiContext(self.engine, self.settings, request, wire_json=True)
 
     async def execute_single(  # noqa: PLR0917
         self,

@@ -22,15 +22,25 @@ read as a polars frame). Then no object is built at all on this path: each selec
 are its column (or the column's wire form, e.g. ISO text for instants, where the resolver made
 one), and a column is computed only when a field selects it. Anything that iterates or indexes a
 ``ColumnRows`` (graphql-core's normal path) gets the objects, built from the same columns.
+
+Where the result is only ever written out as JSON (the HTTP view: its context's ``wire_json``),
+such a list is not even turned into row dicts: when every selected field has its values as a
+polars series (``ColumnRows(series=…)``), polars writes the list's JSON (``[{key: value…}…]``,
+response keys in order) and the list is an :class:`orjson.Fragment` that the view's
+``orjson.dumps`` splices into the response as is. In-process callers (``schema.execute``: tests,
+anything reading ``result.data``) have no ``wire_json`` and get real lists.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, overload
 
+import orjson
+import polars as pl
 from graphql import (
     GraphQLNonNull,
     GraphQLObjectType,
@@ -57,7 +67,8 @@ class ColumnRows(Sequence[Any]):
     (the dimensions not grouped by: None). ``wire[name]()``, where given, computes the same values
     already serialized as the field's scalar serializes them (ISO text of instants); the columns
     named in ``plain`` are their own serialized form (text; finite floats), as String and Float
-    serialize such values to themselves.
+    serialize such values to themselves. ``series[name]()``, where given, computes those
+    serialized values as a polars series (None where it cannot), for :meth:`json`.
     """
 
     def __init__(
@@ -67,12 +78,14 @@ class ColumnRows(Sequence[Any]):
         columns: Mapping[str, Callable[[], Sequence[Any]]],
         wire: Mapping[str, Callable[[], list[Any]]] | None = None,
         plain: frozenset[str] = frozenset(),
+        series: Mapping[str, Callable[[], pl.Series | None]] | None = None,
     ) -> None:
         self.cls = cls
         self._length = length
         self._columns = dict(columns)
         self._wire = dict(wire or {})
         self._plain = plain
+        self._series = dict(series or {})
         self._values: dict[str, Sequence[Any]] = {}
         self._objects: list[Any] | None = None
 
@@ -96,6 +109,27 @@ class ColumnRows(Sequence[Any]):
         if make is not None:
             return make()
         return list(self.column(name)) if name in self._plain else None
+
+    def json(self, fields: Sequence[tuple[str, str | None, str, bool]]) -> bytes | None:
+        """The rows as a JSON array of objects, one member per ``(key, constant, name, non_null)``
+        in order: the constant text, else the series of attribute ``name``; None where a field has
+        no series, or a null where ``non_null`` (the row path then answers, errors included)."""
+        columns: list[pl.Series] = []
+        for key, constant, name, non_null in fields:
+            if constant is not None:
+                values: pl.Series | None = pl.repeat(constant, self._length, dtype=pl.String, eager=True)
+            elif name in self._series:
+                values = self._series[name]()
+            elif name not in self._columns and getattr(self.cls, name, 0) is None:
+                values = pl.repeat(None, self._length, dtype=pl.String, eager=True)  # not grouped by
+            else:
+                values = None
+            if values is None or values.len() != self._length or (non_null and values.null_count()):
+                return None
+            columns.append(values.alias(key))
+        sink = io.BytesIO()
+        pl.DataFrame(columns).write_json(sink)
+        return sink.getvalue()
 
     def objects(self) -> list[Any]:
         """The objects themselves (each ``__dict__`` holding its own columns' values)."""
@@ -267,6 +301,14 @@ class LeafListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return None  # the normal path: a non-null error, or null items of a nullable list
         elif is_type_of is not None and not all(is_type_of(item, info) is True for item in items):
             return None
+        if isinstance(items, ColumnRows) and getattr(info.context, "wire_json", False):
+            fields = [
+                (k, c.constant, c.name, c.non_null) for k, c in zip(plan.keys, plan.columns, strict=True)
+            ]
+            text = items.json(fields)
+            if text is not None:
+                # written out by the view's orjson.dumps as is (only the HTTP view sets wire_json)
+                return orjson.Fragment(text)  # type: ignore[return-value]
         columns = []
         for column in plan.columns:
             values = _values(column, items)

@@ -14,7 +14,7 @@ from service.analytics import usage as analytics
 from service.analytics.paging import Page
 from service.analytics.query import LedgerQuery
 from service.api.context import ApiContext
-from service.api.frame_rows import bucket_columns, floats
+from service.api.frame_rows import UpperText, bucket_columns, floats
 from service.api.leaf_lists import ColumnRows
 from service.api.types import (
     AFTER,
@@ -83,7 +83,7 @@ class UsageRow(LedgerBucket):
             page,
             {
                 **{name: floats(name) for name in (*measures, "energy_kwh", "coverage_pct")},
-                "metric": lambda f: f["metric"].str.to_uppercase().to_list(),
+                "metric": UpperText("metric"),
             },
         )
 

@@ -10,8 +10,10 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import polars as pl
 import pytest
+from api.conftest import serve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledger_rows import at, row
@@ -24,8 +26,9 @@ from service.analytics.paging import Page
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
 from service.api.context import ApiContext, ApiSettings
-from service.api.frame_rows import cursor_column, rounded_column
+from service.api.frame_rows import cursor_column, rounded_column, rounded_series
 from service.api.graphql import schema
+from service.api.leaf_lists import ColumnRows
 from service.api.types import UtilMetric, ledger_page
 from service.api.usage import UsageRow
 from service.auth.principal import PRINCIPAL_KEY, Principal
@@ -183,3 +186,76 @@ def test_rounded_column_is_pythons_round(values: list[float | None]) -> None:
     assert [None if g is None else (g, math.copysign(1.0, g)) for g in got] == [
         None if w is None else (w, math.copysign(1.0, w)) for w in want
     ]
+    series = rounded_series(pl.Series(values, dtype=pl.Float64))  # the spliced JSON's values
+    assert series is not None and series.dtype == pl.Float64
+    assert [None if g is None else (g, math.copysign(1.0, g)) for g in series.to_list()] == [
+        None if w is None else (w, math.copysign(1.0, w)) for w in want
+    ]
+
+
+def test_rounded_series_leaves_non_finite_values_to_the_scalar() -> None:
+    assert rounded_series(pl.Series([1.0, math.nan])) is None
+    assert rounded_series(pl.Series([None, math.inf])) is None
+    assert rounded_series(pl.Series([None, 0.1234565], dtype=pl.Float64)).to_list() == [
+        None,
+        round(0.1234565, 6),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[4] == ["read"]], ids=lambda c: f"{c[0].name}-{len(c[1])}"
+)
+def test_http_pages_are_the_in_process_answer(
+    engine: Engine,
+    put,
+    case: tuple[Any, ...],
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Over HTTP a page's list is JSON written by polars and spliced into the response
+    (ColumnRows.json, an orjson.Fragment); it reads back as the in-process answer (real lists),
+    aliases, repeated fields and ``__typename`` included, page by page."""
+    put(_ledger())
+    granularity, group_by, metric, flt, scopes = case
+    window = {"start": at(1).isoformat(), "end": at(29).isoformat()}
+    args = _args(granularity, group_by, metric, flt)
+    spliced: list[bool] = []
+    longest = 0
+    json_of = ColumnRows.json
+
+    def counted(self: ColumnRows, fields: Any) -> bytes | None:
+        text = json_of(self, fields)
+        spliced.append(text is not None)
+        return text
+
+    monkeypatch.setattr(ColumnRows, "json", counted)
+    selections = (FIELDS, f"__typename u: utilizationPct {FIELDS} device d2: device")
+    for base in serve(engine):
+        for fields in selections:
+            query = (
+                f"query($w: TimeWindow!, $n: Int, $after: String) {{ usage(window: $w, {args} first: $n, "
+                f"after: $after) {{ {fields} }} }}"
+            )
+            for first in (None, 7):
+                after = None
+                while True:
+                    variables = {"w": window, "n": first, "after": after}
+                    r = httpx.post(
+                        f"{base}/graphql", json={"query": query, "variables": variables}, timeout=60
+                    )
+                    body = r.json()
+                    assert "errors" not in body, body
+                    principal = Principal.of("t", "token", scopes)
+                    context = ApiContext(
+                        engine, ApiSettings(), SimpleNamespace(scope={PRINCIPAL_KEY: principal})
+                    )
+                    local = asyncio.run(schema.execute(query, variables, context_value=context))
+                    assert not local.errors and local.data is not None, local.errors
+                    assert isinstance(local.data["usage"], list)  # in-process: real lists
+                    assert body["data"]["usage"] == local.data["usage"]
+                    got = body["data"]["usage"]
+                    longest = max(longest, len(got))
+                    if first is None or len(got) < first:
+                        break
+                    after = got[-1]["cursor"]
+    # the HTTP answers took the spliced path (a list of one row is completed as usual)
+    assert all(spliced) and bool(spliced) == (longest > 1)
