@@ -33,8 +33,6 @@ _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
-#: Bytes written to COPY at a time.
-_COPY_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,15 +425,5 @@ def copy_lines(conn: Connection, unit: UnitTable, source: str, lines: pl.DataFra
         return 0
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
     frame = frame.with_columns(bulk.pg_time(c) for c in _TIMES)
-    names = ", ".join(f'"{c}"' for c in frame.columns)
-    data = frame.write_csv(include_header=False)
-    driver = conn.connection.driver_connection
-    assert driver is not None, "a connection in use has its driver connection"
-    cursor = driver.cursor()
-    try:
-        with cursor.copy(f"COPY {unit.name} ({names}) FROM STDIN (FORMAT csv)") as copy:
-            for i in range(0, len(data), _COPY_BLOCK):
-                copy.write(data[i : i + _COPY_BLOCK])
-    finally:
-        cursor.close()
+    bulk.copy_csv_into(conn, unit.name, frame)
     return frame.height

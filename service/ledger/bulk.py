@@ -49,6 +49,11 @@ def nanos_text(column: str) -> pl.Expr:
 
 def copy_csv(conn: Connection, table: str, frame: pl.DataFrame) -> None:
     """``COPY table (frame's columns) FROM STDIN`` on PostgreSQL, in ``conn``'s transaction."""
+    copy_csv_into(conn, f'"{table}"', frame)
+
+
+def copy_csv_into(conn: Connection, target: str, frame: pl.DataFrame) -> None:
+    """:func:`copy_csv` into ``target``, a table name as SQL already quotes it (schema-qualified)."""
     if frame.is_empty():
         return
     names = ", ".join(f'"{c}"' for c in frame.columns)
@@ -57,7 +62,7 @@ def copy_csv(conn: Connection, table: str, frame: pl.DataFrame) -> None:
     assert driver is not None, "a connection in use has its driver connection"
     cursor = driver.cursor()
     try:
-        with cursor.copy(f'COPY "{table}" ({names}) FROM STDIN (FORMAT csv)') as copy:
+        with cursor.copy(f"COPY {target} ({names}) FROM STDIN (FORMAT csv)") as copy:
             for i in range(0, len(data), _COPY_BLOCK):
                 copy.write(data[i : i + _COPY_BLOCK])
     finally:
