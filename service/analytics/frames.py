@@ -32,6 +32,7 @@ from service.analytics.dims import MIXED_DEFAULT_METRIC, Granularity
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import PERIOD, LedgerQuery
 from service.analytics.window import HOURS_PER_DAY, WEEK_OFFSET_DAYS
+from service.ledger import bulk
 from service.money import ExactDecimal
 from service.timeutil import HOUR_S
 
@@ -74,35 +75,12 @@ def read_frame(conn: Connection, stmt: Select[Any], page: Page = WHOLE) -> pl.Da
     money = {name for name, sql_type in columns if isinstance(sql_type, ExactDecimal)}
     schema = {name: _dtype(sql_type) for name, sql_type in columns}
     if conn.dialect.name == "postgresql":
-        frame = _postgres_frame(conn, stmt, schema)
+        frame = bulk.copy_out_frame(conn, stmt, schema)
     else:
         frame = _driver_frame(conn, stmt, names, schema, money)
     if page.first is None:
         page.refuse_above(frame.height)
     return frame.with_columns(_money(frame[name], conn.dialect.name) for name in money)
-
-
-def _postgres_frame(conn: Connection, stmt: Select[Any], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-    processors: Any = compiled._bind_processors  # as SQLAlchemy's execute binds them
-    escaped: dict[str, str] = compiled.escaped_bind_names or {}
-    params = {
-        escaped.get(k, k): processors[k](v) if k in processors else v
-        for k, v in compiled.construct_params(escape_names=False).items()
-    }
-    # Any positive value prints floats shortest-exact (PostgreSQL ≥ 12): they parse back bit for bit.
-    # SET LOCAL also opens the transaction the COPY then runs in (the request's statement_timeout).
-    conn.exec_driver_sql("SET LOCAL extra_float_digits = 3")
-    data = bytearray()
-    raw: Any = conn.connection.dbapi_connection
-    copy_sql = f"COPY ({compiled.string}) TO STDOUT WITH (FORMAT csv)"
-    with raw.cursor() as cursor, cursor.copy(copy_sql, params) as copy:
-        for block in copy:
-            data += block
-    if not data:
-        return pl.DataFrame(schema=schema)
-    # CSV distinguishes NULL (nothing) from '' (quoted); polars keeps that distinction.
-    return pl.read_csv(bytes(data), has_header=False, schema=schema)
 
 
 def _driver_frame(

@@ -1,4 +1,5 @@
-"""Bulk writes of a Polars frame without per-row Python bind processing.
+"""Bulk writes of a Polars frame without per-row Python bind processing (and, on PostgreSQL, the
+bulk read back: :func:`copy_out_frame`).
 
 * PostgreSQL: ``COPY … FROM STDIN`` of CSV written by Polars on the connection's own driver
   connection (so inside the caller's transaction): a null is an unquoted empty field, an empty
@@ -13,8 +14,10 @@ The caller gives each column already in the form its column type would bind (see
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Select
 
 #: SQLAlchemy's ``DateTime`` storage format on SQLite (naive UTC text, always with microseconds).
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S%.6f"
@@ -84,3 +87,28 @@ def insert_tuples(conn: Connection, table: str, frame: pl.DataFrame) -> None:
         cursor.executemany(sql, frame.iter_rows(buffer_size=_TUPLE_ROWS))
     finally:
         cursor.close()
+
+
+def copy_out_frame(conn: Connection, stmt: Select[Any], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``stmt``'s rows as a frame of ``schema`` through ``COPY (stmt) TO STDOUT`` as CSV on PostgreSQL:
+    no driver row or SQLAlchemy row object per row."""
+    compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    processors: Any = compiled._bind_processors  # as SQLAlchemy's execute binds them
+    escaped: dict[str, str] = compiled.escaped_bind_names or {}
+    params = {
+        escaped.get(k, k): processors[k](v) if k in processors else v
+        for k, v in compiled.construct_params(escape_names=False).items()
+    }
+    # Any positive value prints floats shortest-exact (PostgreSQL ≥ 12): they parse back bit for bit.
+    # SET LOCAL also opens the transaction the COPY then runs in (the request's statement_timeout).
+    conn.exec_driver_sql("SET LOCAL extra_float_digits = 3")
+    data = bytearray()
+    raw: Any = conn.connection.dbapi_connection
+    copy_sql = f"COPY ({compiled.string}) TO STDOUT WITH (FORMAT csv)"
+    with raw.cursor() as cursor, cursor.copy(copy_sql, params) as copy:
+        for block in copy:
+            data += block
+    if not data:
+        return pl.DataFrame(schema=schema)
+    # CSV distinguishes NULL (nothing) from '' (quoted); polars keeps that distinction.
+    return pl.read_csv(bytes(data), has_header=False, schema=schema)

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Float, Integer, case, cast, delete, func, ins
 
 from connectors.sdk.shapes import DIMENSIONS
 from service.dbtypes import table_of
-from service.ledger import retention
+from service.ledger import bulk, retention
 from service.ledger.rollups import hour_days
 from service.metrics_catalog import UTIL_METRICS
 from service.models import LedgerGroupDay, LedgerHour, LedgerHourSegment
@@ -91,25 +91,7 @@ def _read_rows(conn: Connection, first_day: int, last_day: int) -> pl.DataFrame:
     stmt = _rows_select(first_day, last_day)
     read_schema = {**SCHEMA, "unallocated": pl.Int8()}
     if conn.dialect.name == "postgresql":
-        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-        processors: Any = compiled._bind_processors  # as SQLAlchemy's execute binds them
-        params = {
-            k: processors[k](v) if k in processors else v
-            for k, v in compiled.construct_params(escape_names=False).items()
-        }
-        # Floats printed shortest-exact (PostgreSQL ≥ 12) parse back bit for bit.
-        conn.exec_driver_sql("SET LOCAL extra_float_digits = 3")
-        data = bytearray()
-        raw: Any = conn.connection.dbapi_connection
-        copy_sql = f"COPY ({compiled.string}) TO STDOUT WITH (FORMAT csv)"
-        with raw.cursor() as cursor, cursor.copy(copy_sql, params) as copy:
-            for block in copy:
-                data += block
-        frame = (
-            pl.read_csv(bytes(data), has_header=False, schema=read_schema)
-            if data
-            else pl.DataFrame(schema=read_schema)
-        )
+        frame = bulk.copy_out_frame(conn, stmt, read_schema)
     else:
         rows = conn.execute(stmt).all()
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(read_schema)
