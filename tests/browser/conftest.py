@@ -192,9 +192,11 @@ def _browser_missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Headless Chromium (Debian's build) under Playwright."""
+    """Headless Chromium (Debian's build) under Playwright, one per test module: Playwright's sync
+    API keeps an asyncio loop running in this thread while it is open, and a test of another module
+    that calls ``asyncio.run`` (the scheduler's) must not share an xdist worker with it."""
     if not os.access(CHROMIUM, os.X_OK):
         _browser_missing(f"{CHROMIUM} is not installed (apt-get install chromium)")
     try:
