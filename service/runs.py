@@ -21,7 +21,9 @@ import socket
 import threading
 from collections.abc import Mapping
 
-from sqlalchemy import Engine, exists, select, update
+from sqlalchemy import Engine, Executable, exists, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col
 
 from connectors.base import ConnectorStatus
@@ -37,6 +39,17 @@ _held: dict[tuple[str, int], runlocks.RunLock | None] = {}
 _held_guard = threading.Lock()
 
 
+def _insert_state_if_absent(dialect: str, name: str, type_name: str) -> Executable:
+    """``INSERT`` connector ``name``'s state row unless one exists (both databases' upsert)."""
+    table = ConnectorState.__table__  # type: ignore[attr-defined]
+    row = {"name": name, "type": type_name, "status": ""}
+    if dialect == "postgresql":
+        return pg_insert(table).values(row).on_conflict_do_nothing(index_elements=[table.c.name])
+    if dialect == "sqlite":
+        return sqlite_insert(table).values(row).on_conflict_do_nothing(index_elements=[table.c.name])
+    raise NotImplementedError(f"begin_run: no INSERT … ON CONFLICT for {dialect}")
+
+
 def begin_run(
     engine: Engine, name: str, type_name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime
 ) -> int:
@@ -49,6 +62,9 @@ def begin_run(
     lock = runlocks.acquire(engine)
     try:
         with Session(engine) as session:
+            # Two processes beginning runs of a new connector at once: both would find no state row
+            # and insert one; INSERT … ON CONFLICT DO NOTHING lets the second find the first's.
+            session.execute(_insert_state_if_absent(session.get_bind().dialect.name, name, type_name))
             state = session.get(ConnectorState, name) or ConnectorState(name=name, type=type_name, status="")
             state.status = ConnectorStatus.RUNNING
             state.last_run_at = now

@@ -249,3 +249,14 @@ def test_without_a_lock_the_owner_pid_on_this_host_decides(engine: Engine) -> No
             ).inserted_primary_key[0]
     assert [r.id for r in abort_orphaned_runs(engine, NOW)] == [ids["dead"]]
     assert _run(engine, ids["live"]).status == "RUNNING"
+
+
+def test_first_runs_of_a_new_connector_begun_at_once_all_begin(
+    engine: Engine, db_url: str, owners: list[Owner]
+) -> None:
+    """Processes beginning the first runs of one connector at the same moment: each finds no state
+    row; the one inserted first is the others' (INSERT … ON CONFLICT DO NOTHING), none fails on its
+    key (CI once saw `UNIQUE constraint failed: connector_state.name` here)."""
+    owners += [Owner(db_url, "fresh") for _ in range(6)]
+    assert len({o.run_id for o in owners}) == 6
+    assert _state(engine, "fresh").status == ConnectorStatus.RUNNING
