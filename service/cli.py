@@ -119,6 +119,7 @@ def _main(
 ) -> None:
     """GPU Ledger: what your GPUs cost and how much work they did."""
 
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
@@ -129,6 +130,13 @@ def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:
     """Print ``message`` as the one error line; ``raise fail(...)``."""
     typer.echo(f"gpu-ledger: error: {message}", err=True)
     return typer.Exit(code)
+
+
+def database_failed(settings: Settings, exc: BaseException) -> typer.Exit:
+    """The one error line for a database that refused (exit 1): where, what, and the driver's reason."""
+    from service.db import driver_reason
+
+    return fail(f"{settings.database_url_masked}: {type(exc).__name__}: {driver_reason(exc)}", FAILURE_EXIT)
 
 
 def _settings(config: Path | None) -> Settings:
@@ -553,8 +561,7 @@ def _token_store(config: Path | None) -> Iterator[Any]:
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise fail(f"{settings.database_url_masked}: {type(exc).__name__}: {reason}", FAILURE_EXIT) from None
+        raise database_failed(settings, exc) from None
     finally:
         engine.dispose()
 

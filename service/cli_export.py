@@ -127,7 +127,7 @@ def _run(
 
     from service.analytics.access import ALL
     from service.analytics.errors import QueryError
-    from service.cli import FAILURE_EXIT, _settings
+    from service.cli import FAILURE_EXIT, _settings, database_failed
     from service.db import make_engine
     from service.export.arguments import ParameterError, parse_args
     from service.export.formats import Format
@@ -159,8 +159,7 @@ def _run(
         code = 2 if exc.code.startswith(("INVALID", "UNKNOWN", "UNSUPPORTED", "WINDOW")) else FAILURE_EXIT
         raise fail(f"{_option(parameter_of(exc))}{exc.code}: {exc.message}", code) from None
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise fail(f"{settings.database_url_masked}: {type(exc).__name__}: {reason}", FAILURE_EXIT) from None
+        raise database_failed(settings, exc) from None
     except OSError as exc:
         raise fail(f"{output}: {exc.strerror or exc}", FAILURE_EXIT) from None
     finally:

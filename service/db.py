@@ -232,3 +232,9 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+def driver_reason(exc: BaseException) -> str:
+    """The first line of what the database driver said (SQLAlchemy wraps it as ``orig``): the
+    reason an error line shows, without SQLAlchemy's statement dump."""
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

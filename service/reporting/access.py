@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from sqlalchemy import Connection, text
 
+from service.db import driver_reason
 from service.reporting import DEFAULT_ROLE
 
 SCHEMA = "reporting"
@@ -106,8 +107,7 @@ def grant(
                 f"SET gpu_ledger.gpu_cost_share = '{share}'"  # a Decimal's digits: no quoting needed
             )
     except Exception as exc:  # noqa: BLE001  (any refusal: the grant itself stands)
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        warning = f"could not store gpu_ledger.gpu_cost_share = {share} for {login}: {reason}"
+        warning = f"could not store gpu_ledger.gpu_cost_share = {share} for {login}: {driver_reason(exc)}"
     return Granted(login, role, database, created, warning)
 
 

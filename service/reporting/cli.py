@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from service.cli import FAILURE_EXIT, ConfigOpt, _settings, app, fail
+from service.cli import FAILURE_EXIT, ConfigOpt, _settings, app, database_failed, fail
 from service.reporting import DEFAULT_ROLE
 
 if TYPE_CHECKING:
@@ -56,8 +56,7 @@ def _in_database(config: Path | None, action: Callable[[Connection, Settings], T
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise fail(f"{settings.database_url_masked}: {type(exc).__name__}: {reason}", FAILURE_EXIT) from None
+        raise database_failed(settings, exc) from None
     finally:
         engine.dispose()
 
