@@ -23,6 +23,10 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     oidc_jwks_url = "https://idp.example.com/jwks"  # ES256), oidc_scope_claim ("groups"),
     oidc_group_scopes = { "finops" = ["read"], "team-ml" = ["read:team:ml"] }  # claim → scopes
 
+    [smtp]                         # service.notify.email.SmtpSettings: e-mail relay (host, port,
+    host = "smtp.example.com"      #   starttls, username, password, from_addr, timeout_s, ca_file)
+    from_addr = "gpu-ledger@example.com"
+
     [[connectors]]                 # one table per connector instance
     name = "dc1"                   # unique; names the ledger source and the watermark
     type = "prometheus"            # an entry point in gpu_ledger.connectors
@@ -79,6 +83,7 @@ from service.api.answer_cache_settings import AnswerCacheSettings
 from service.auth.config import AuthSettings
 from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
+from service.notify.email import SmtpSettings
 from service.pricing.fx import FxRateConfig
 from service.pricing.rates import RateCardConfig
 from service.pricing.tco import SiteConfig
@@ -133,6 +138,8 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     # The [answer_cache] table (service.api.answer_cache); GPU_LEDGER_ANSWER_CACHE__<KEY> overrides one key.
     answer_cache: AnswerCacheSettings = Field(default_factory=AnswerCacheSettings)
+    # The [smtp] table (service.notify.email); GPU_LEDGER_SMTP__<KEY> overrides one key (e.g. PASSWORD).
+    smtp: SmtpSettings | None = None
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
     connectors: list[ConnectorConfig] = Field(default_factory=list)
     sites: list[SiteConfig] = Field(default_factory=list)
@@ -217,6 +224,7 @@ ENV_TABLES: dict[str, type[BaseModel]] = {
     "limits": Limits,
     "auth": AuthSettings,
     "answer_cache": AnswerCacheSettings,
+    "smtp": SmtpSettings,
 }
 #: ``GPU_LEDGER_*`` variables read elsewhere: the connector registry's, ``serve --workers``'
 #: hand-over file, the project's own test and benchmark switches.
@@ -267,7 +275,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     data = _read_toml(path) if path else {}
     where = str(path) if path else "settings"
 
-    tables_known = {"connectors", "limits", "auth", "answer_cache", *TABLE_MODELS}
+    tables_known = {"connectors", "limits", "auth", "answer_cache", "smtp", *TABLE_MODELS}
     unknown = sorted(set(data) - set(SCALARS) - tables_known)
     if unknown:
         raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
@@ -285,6 +293,8 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["auth"] = _table(where, "auth", AuthSettings, data.get("auth", {}), env)
     cache_table = data.get("answer_cache", {})
     kwargs["answer_cache"] = _table(where, "answer_cache", AnswerCacheSettings, cache_table, env)
+    if "smtp" in data or any(k.upper().startswith(f"{ENV_PREFIX}SMTP__") for k in env):
+        kwargs["smtp"] = _table(where, "smtp", SmtpSettings, data.get("smtp", {}), env)
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
         return Settings(**kwargs)
