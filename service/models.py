@@ -549,3 +549,67 @@ class LedgerHourSegment(SQLModel, table=True):
     day_index: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     hour_rows: int = Field(description="ledger_hour rows of the day: the file's rows")
     arrow: bytes = Field(sa_type=LargeBinary, nullable=False)
+
+
+class AlertState(SQLModel, table=True):
+    """Where each alert stands: one row per (rule, subject), kept across restarts and processes
+    (service/alerts/store.py). ``notified`` says whether the current firing was announced."""
+
+    __tablename__ = "alert_state"
+
+    rule: str = Field(primary_key=True, max_length=100, description="the [[alerts]] rule's name")
+    subject_key: str = Field(
+        primary_key=True, max_length=600, description="what fired: source/workload, project…"
+    )
+    kind: str = Field(max_length=40)
+    state: str = Field(max_length=10, description="FIRING | RESOLVED")
+    subject: str = Field(max_length=600, description="for a person: workload name, project, connector")
+    project: str | None = Field(
+        default=None, max_length=200, description="scopes the alert (null: account-wide)"
+    )
+    team: str | None = Field(default=None, max_length=200)
+    value: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
+    unit: str = Field(default="", max_length=10, description="of value and threshold: h, s, or a currency")
+    threshold: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    since: dt.datetime = Field(sa_type=UTCDateTime, nullable=False, description="the current state began")
+    first_fired_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    last_true_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False, description="condition last held")
+    notified: bool = Field(default=False, description="the current firing was sent to the channels")
+    last_fire_notified_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+
+
+class AlertEvent(SQLModel, table=True):
+    """History: one row per state change of an alert (fired, resolved) and per delayed announcement."""
+
+    __tablename__ = "alert_event"
+    __table_args__ = (Index("ix_alert_event_at", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    rule: str = Field(max_length=100)
+    subject_key: str = Field(max_length=600)
+    kind: str = Field(max_length=40)
+    state: str = Field(max_length=10, description="FIRING | RESOLVED")
+    at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    subject: str = Field(max_length=600)
+    project: str | None = Field(default=None, max_length=200)
+    team: str | None = Field(default=None, max_length=200)
+    value: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
+    unit: str = Field(default="", max_length=10)
+    threshold: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    notify: bool = Field(description="sent to the rule's channels (false: held back by min_interval)")
+    deliveries: str = Field(
+        default="", sa_column=Column(Text, nullable=False), description="channel: SENT | FAILED (why), …"
+    )
+
+
+class AlertEvaluation(SQLModel, table=True):
+    """One row (``id`` 1), updated first by every evaluation: its row lock makes evaluations of
+    several processes take turns (service/alerts/store.py)."""
+
+    __tablename__ = "alert_evaluation"
+
+    id: int = Field(default=1, primary_key=True, sa_column_kwargs={"autoincrement": False})
+    evaluated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    evaluations: int = 0
