@@ -30,6 +30,7 @@ from service.api.cost import CostQuery
 from service.api.data_quality import DataQualityQuery
 from service.api.devices import DeviceQuery
 from service.api.errors import BAD_REQUEST, OVERLOADED, RATE_LIMITED, ErrorCodes, LedgerSchema, error_response
+from service.api.forecast import ForecastQuery
 from service.api.graphiql import graphiql_response, is_graphiql_page
 from service.api.guard import LimitedParsing
 from service.api.idle import IdleQuery
@@ -44,7 +45,9 @@ from service.limits.rate import RateLimiter
 @strawberry.type(
     description="GPU Ledger: what GPUs cost and how much work they did, from the hourly GPU-hour ledger."
 )
-class Query(UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery, DataQualityQuery):
+class Query(
+    UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery, DataQualityQuery, ForecastQuery
+):
     pass
 
 
