@@ -25,6 +25,7 @@ from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
 
 from service.api.answer_cache import CLEAN_ANSWER_KEY, AnswerCache
+from service.api.break_even import BreakEvenQuery
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
 from service.api.data_quality import DataQualityQuery
@@ -46,7 +47,14 @@ from service.limits.rate import RateLimiter
     description="GPU Ledger: what GPUs cost and how much work they did, from the hourly GPU-hour ledger."
 )
 class Query(
-    UsageQuery, CostQuery, IdleQuery, DeviceQuery, ReconciliationQuery, DataQualityQuery, ForecastQuery
+    UsageQuery,
+    CostQuery,
+    IdleQuery,
+    DeviceQuery,
+    ReconciliationQuery,
+    DataQualityQuery,
+    ForecastQuery,
+    BreakEvenQuery,
 ):
     pass
 
