@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.agent_source import bound_connectors
+from service.alerts.engine import alert_hook
 from service.api.graphiql import graphiql_assets
 from service.auth.authenticate import Authenticator, build_authenticator
 from service.auth.middleware import AuthMiddleware
@@ -31,6 +32,7 @@ from service.limits.heap import freeze_startup_heap, thaw_heap
 from service.logging import get_logger
 from service.push import ROUTE as PUSH_ROUTE
 from service.push import batches_endpoint
+from service.reports.schedule import report_sender
 from service.scheduler import Scheduler
 from service.scheduler_lease import SchedulerLease
 from service.settings import Settings
@@ -145,8 +147,10 @@ def create_app(
             catalog=settings.instance_catalog(),
             gpu_cost_share=settings.gpu_cost_share,
             after_ingest=settings.reprice_from_bills(),
+            after_run=alert_hook(engine, settings),
             telemetry=telemetry,
             connectors=bound_connectors(settings.connectors, engine),  # they read this database
+            jobs=[job for job in (report_sender(engine, settings),) if job is not None],  # [[reports]]
         )
 
     # The scheduler runs only in the process holding the database's scheduler lock (one of

@@ -158,6 +158,8 @@ class Scheduler:
         catalog: Any = None,
         gpu_cost_share: Any = 1,
         after_ingest: Any = None,
+        jobs: Iterable[Any] = (),
+        after_run: Callable[[dt.datetime], object] | None = None,
         clock: Callable[[], dt.datetime] = utc_now,
         telemetry: Telemetry | None = None,
         retry_base_s: float = RETRY_BASE_S,
@@ -168,8 +170,11 @@ class Scheduler:
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
         self.ingest_billing, self.catalog, self.gpu_cost_share = ingest_billing, catalog, gpu_cost_share
-        self.after_ingest = after_ingest
+        self.after_ingest, self.after_run = after_ingest, after_run
         self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
+        # Periodic work of the one scheduling process (scheduled reports): each has ``name``,
+        # ``interval_s`` and a synchronous ``run()``.
+        self.jobs = list(jobs)
         self._stop = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.stopped: dict[str, ConnectorStatus] = {}  # connectors that gave up, and why
@@ -201,6 +206,8 @@ class Scheduler:
                 log.info("connector not scheduled: neither metrics nor billing", connector=config.name)
                 continue
             self._tasks[config.name] = asyncio.create_task(self._loop(config, connector), name=config.name)
+        for job in self.jobs:
+            self._tasks[f"job:{job.name}"] = asyncio.create_task(self._job_loop(job), name=f"job:{job.name}")
 
     async def stop(self, timeout_s: float = 30.0) -> None:
         """Let running ingests finish (up to ``timeout_s``), then cancel what is left."""
@@ -220,6 +227,17 @@ class Scheduler:
         except TimeoutError:
             return False
         return True
+
+    async def _job_loop(self, job: Any) -> None:
+        """``job.run()`` in a worker thread every ``job.interval_s`` until stopped; a failure is
+        logged and the next run comes at the usual time."""
+        while not self._stop.is_set():
+            try:
+                await asyncio.to_thread(job.run)
+            except Exception:  # noqa: BLE001  (a job's bug must not stop the connectors' scheduler)
+                log.exception("scheduled job failed", job=job.name)
+            if await self._sleep(job.interval_s):
+                return
 
     async def _loop(self, config: ConnectorConfig, connector: Any) -> None:
         try:
@@ -242,7 +260,15 @@ class Scheduler:
             close_connector(connector)
 
     async def run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", NextStep]:
-        """One ingest of ``config.name``'s catch-up window, and what the loop does next."""
+        """One ingest of ``config.name``'s catch-up window, then ``after_run`` (the alert rules,
+        service.alerts.engine: after a failure too, so a silent connector is seen), and what the
+        loop does next."""
+        outcome = await self._run_once(config, connector)
+        if self.after_run is not None:
+            await asyncio.to_thread(self.after_run, self.clock())
+        return outcome
+
+    async def _run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", NextStep]:
         name, now = config.name, self.clock()
         try:
             if getattr(connector, "kind", None) == "billing":

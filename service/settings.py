@@ -10,7 +10,6 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     export_max_rows = 5000000      # rows of a GET /export/… answer (413 RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
     gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
-    price_catalog_path = "prices.csv"  # breakEven's on-demand price catalog (default: the bundled one)
     log_level = "INFO"
     log_format = "console"         # or "json"
 
@@ -28,6 +27,9 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     host = "smtp.example.com"      #   starttls, username, password, from_addr, timeout_s, ca_file)
     from_addr = "gpu-ledger@example.com"
 
+    [[alerts]]                     # service.alerts.rules: alert rules (docs/alerts.md) and the
+    [[alert_channels]]             #   webhooks / e-mail they notify
+
     [[connectors]]                 # one table per connector instance
     name = "dc1"                   # unique; names the ledger source and the watermark
     type = "prometheus"            # an entry point in gpu_ledger.connectors
@@ -36,7 +38,6 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     [[sites]]        # service.pricing.tco.SiteConfig
     [[rate_cards]]   # service.pricing.rates.RateCardConfig
     [[fx_rates]]     # service.pricing.fx.FxRateConfig
-    [[rent_options]]  # service.pricing.break_even.RentOptionConfig: 1y/3y/spot/on-demand rent prices
     [[instance_types]]  # service.billing.catalog.InstanceTypeConfig: GPUs per instance type
     instance_type = "p5.48xlarge"  # adds to (or replaces an entry of) the bundled catalog
     gpu_model = "NVIDIA H100 80GB"
@@ -81,14 +82,13 @@ from connectors.registry import (
     validate_config,
     validation_problems,
 )
+from service.alerts.rules import AlertChannel, AlertConfigError, AlertRule, parse_alert_tables
 from service.api.answer_cache_settings import AnswerCacheSettings
 from service.auth.config import AuthSettings
 from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
 from service.notify.email import SmtpSettings
-from service.pricing.break_even import Planning, RentOptionConfig, listed_prices
 from service.pricing.fx import FxRateConfig
-from service.pricing.price_catalog import load_price_catalog
 from service.pricing.rates import RateCardConfig
 from service.pricing.tco import SiteConfig
 from service.urls import mask_url
@@ -116,7 +116,6 @@ TABLE_MODELS: dict[str, type[BaseModel]] = {
     "rate_cards": RateCardConfig,
     "fx_rates": FxRateConfig,
     "instance_types": InstanceTypeConfig,
-    "rent_options": RentOptionConfig,
 }
 
 
@@ -145,15 +144,15 @@ class Settings(BaseSettings):
     answer_cache: AnswerCacheSettings = Field(default_factory=AnswerCacheSettings)
     # The [smtp] table (service.notify.email); GPU_LEDGER_SMTP__<KEY> overrides one key (e.g. PASSWORD).
     smtp: SmtpSettings | None = None
+    # [[alerts]] rules and the [[alert_channels]] they notify (service.alerts.rules).
+    alerts: list[AlertRule] = Field(default_factory=list)
+    alert_channels: list[AlertChannel] = Field(default_factory=list, repr=False)
     # Array tables: validated per type by load_settings; given here, never read from env as JSON.
     connectors: list[ConnectorConfig] = Field(default_factory=list)
     sites: list[SiteConfig] = Field(default_factory=list)
     rate_cards: list[RateCardConfig] = Field(default_factory=list)
     fx_rates: list[FxRateConfig] = Field(default_factory=list)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=list)
-    rent_options: list[RentOptionConfig] = Field(default_factory=list)
-    # breakEven's public on-demand price catalog (service/pricing/price_catalog.py); None = bundled.
-    price_catalog_path: Path | None = None
     config_path: Path | None = Field(default=None, description="the TOML file these came from")
 
     @field_validator("log_level")
@@ -188,12 +187,6 @@ class Settings(BaseSettings):
         """The bundled GPU instance catalog with this config's ``[[instance_types]]`` applied."""
         return load_catalog(self.instance_types)
 
-    def planning(self) -> Planning:
-        """What breakEven needs: the sites, the price catalog and the configured rent options."""
-        catalog = load_price_catalog(self.price_catalog_path)
-        prices = listed_prices(catalog, self.instance_catalog(), self.rent_options)
-        return Planning(tuple(self.sites), tuple(prices), catalog.label)
-
     def reprice_from_bills(self) -> Callable[[Engine, dt.datetime, dt.datetime], RepriceResult | None]:
         """The hook a metrics ingest runs afterwards: re-price from the bills that cover its window."""
         # Imported here: billing.rates pulls in the pricing engine, which a settings load never needs.
@@ -216,7 +209,6 @@ class Settings(BaseSettings):
             idle_threshold_pct=self.idle_threshold_pct,
             gpu_cost_share=self.gpu_cost_share,
             limits=self.limits,
-            planning=self.planning(),
         )
 
 
@@ -229,7 +221,6 @@ SCALARS = (
     "export_max_rows",
     "idle_threshold_pct",
     "gpu_cost_share",
-    "price_catalog_path",
     "log_level",
     "log_format",
 )
@@ -252,7 +243,7 @@ OTHER_ENV = frozenset({
     "GPU_LEDGER_CHROMIUM",
     "GPU_LEDGER_KILL_SEED",
 })  # fmt: skip
-OTHER_ENV_PREFIXES = ("GPU_LEDGER_TEST_", "GPU_LEDGER_REQUIRE_")
+OTHER_ENV_PREFIXES = ("GPU_LEDGER_TEST_", "GPU_LEDGER_REQUIRE_", "GPU_LEDGER_ALERT_CHANNELS__")
 
 
 def unknown_env_warnings(env: Mapping[str, str]) -> list[str]:
@@ -292,6 +283,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     where = str(path) if path else "settings"
 
     tables_known = {"connectors", "limits", "auth", "answer_cache", "smtp", *TABLE_MODELS}
+    tables_known |= {"alerts", "alert_channels"}
     unknown = sorted(set(data) - set(SCALARS) - tables_known)
     if unknown:
         raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(map(repr, unknown))}")
@@ -311,6 +303,13 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["answer_cache"] = _table(where, "answer_cache", AnswerCacheSettings, cache_table, env)
     if "smtp" in data or any(k.upper().startswith(f"{ENV_PREFIX}SMTP__") for k in env):
         kwargs["smtp"] = _table(where, "smtp", SmtpSettings, data.get("smtp", {}), env)
+    try:
+        alert_tables = (data.get("alerts", []), data.get("alert_channels", []))
+        kwargs["alerts"], kwargs["alert_channels"] = parse_alert_tables(
+            where, *alert_tables, has_smtp=kwargs.get("smtp") is not None, env=env
+        )
+    except AlertConfigError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         # Init kwargs beat env in pydantic-settings: file scalars set in env were left out above.
         return Settings(**kwargs)

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
+from service.alerts.metrics import AlertFiringCollector
 from service.models import ConnectorState
 from service.timeutil import UTC
 
@@ -81,6 +82,7 @@ class Telemetry:
         )
         if engine is not None:
             self.registry.register(WatermarkAgeCollector(engine, clock))
+            self.registry.register(AlertFiringCollector(engine))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -24,8 +24,8 @@ from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
 
+from service.api.alerts import AlertQuery
 from service.api.answer_cache import CLEAN_ANSWER_KEY, AnswerCache
-from service.api.break_even import BreakEvenQuery
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
 from service.api.data_quality import DataQualityQuery
@@ -54,7 +54,7 @@ class Query(
     ReconciliationQuery,
     DataQualityQuery,
     ForecastQuery,
-    BreakEvenQuery,
+    AlertQuery,
 ):
     pass
 

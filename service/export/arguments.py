@@ -13,8 +13,7 @@ refusal is a :class:`ParameterError` naming its parameter. The names (GraphQL's)
   **repeated** for several values (``project=a&project=b``): a value is taken whole, commas
   included; ``unallocated`` is ``true`` or ``false``.
 * the question's own: ``metric`` (GPU_UTIL, SM_ACTIVE, TENSOR_ACTIVE, MEM_BW), ``idlePolicy``
-  (SEPARATE, SHARE_BY_USAGE, SHARE_EVENLY), ``currency`` (ISO 4217), ``thresholdPct`` (a number),
-  ``allocationPct`` and ``utilizationPct`` (break-even's what-if, numbers).
+  (SEPARATE, SHARE_BY_USAGE, SHARE_EVENLY), ``currency`` (ISO 4217), ``thresholdPct`` (a number).
 * ``fields``: the columns to write, comma-separated, in that order (default: all). Asking for
   fewer can make an answer cheaper (``idle-waste`` computes its streaks only for
   ``longest_idle_streak_hours``).
@@ -30,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar
 
 from service.analytics.access import Access
 from service.analytics.dims import UTIL_METRIC_KEYS, Dimension, Granularity, IdlePolicy, LedgerFilter
@@ -74,16 +73,7 @@ FILTER_PARAMETERS: dict[str, Dimension] = {_camel(d.name): d for d in Dimension}
 COMMON_PARAMETERS = frozenset({"start", "end", "groupBy", "fields", "unallocated", *FILTER_PARAMETERS})
 #: The parameters a question may add to the common ones.
 QUESTION_PARAMETERS = frozenset(
-    {
-        "granularity",
-        "metric",
-        "idlePolicy",
-        "currency",
-        "thresholdPct",
-        "focusVersion",
-        "allocationPct",
-        "utilizationPct",
-    }
+    {"granularity", "metric", "idlePolicy", "currency", "thresholdPct", "focusVersion"}
 )
 
 
@@ -100,9 +90,6 @@ class ExportArgs:
     fields: tuple[str, ...] | None = None
     #: focus: the FOCUS version, as given (checked by the question).
     focus_version: str | None = None
-    #: break-even: the what-if allocation and utilization, percent (checked by the question).
-    allocation_pct: float | None = None
-    utilization_pct: float | None = None
 
 
 def parse_args(question: Question, params: Params, *, access: Access, max_window_days: int) -> ExportArgs:
@@ -133,8 +120,6 @@ def parse_args(question: Question, params: Params, *, access: Access, max_window
         threshold_pct=_number(params, "thresholdPct", DEFAULT_IDLE_THRESHOLD_PCT),
         fields=fields,
         focus_version=_one(params, "focusVersion"),
-        allocation_pct=_number(params, "allocationPct", None),
-        utilization_pct=_number(params, "utilizationPct", None),
     )
 
 
@@ -231,11 +216,7 @@ def _metric(params: Params) -> str | None:
     return key
 
 
-@overload
-def _number(params: Params, name: str, default: float) -> float: ...
-@overload
-def _number(params: Params, name: str, default: None) -> float | None: ...
-def _number(params: Params, name: str, default: float | None) -> float | None:
+def _number(params: Params, name: str, default: float) -> float:
     text = _one(params, name)
     if text is None:
         return default

@@ -1,0 +1,1 @@
+from ledger_rows import put  # noqa: F401  (fixture)
