@@ -29,12 +29,17 @@ OPTIONS = {
     "fields": "--fields",
     "format": "--format",
     "focusVersion": "--focus-version",
+    "allocationPct": "--allocation-pct",
+    "utilizationPct": "--utilization-pct",
 }
 
 
 def export_command(
     question: Annotated[
-        str, typer.Argument(help="usage, cost, idle-waste, effective-cost or focus.", show_default=False)
+        str,
+        typer.Argument(
+            help="usage, cost, idle-waste, effective-cost, break-even or focus.", show_default=False
+        ),
     ],
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset, a whole UTC hour.")],
     end: Annotated[str, typer.Option(help="Window end (exclusive), a whole UTC hour.")],
@@ -89,6 +94,18 @@ def export_command(
             "--focus-version", help="focus: FOCUS version 1.0 or 1.2 (default 1.2).", show_default=False
         ),
     ] = None,
+    allocation_pct: Annotated[
+        str | None,
+        typer.Option(
+            "--allocation-pct", help="break-even: what if allocated this % of hours.", show_default=False
+        ),
+    ] = None,
+    utilization_pct: Annotated[
+        str | None,
+        typer.Option(
+            "--utilization-pct", help="break-even: what if busy this % of allocated time.", show_default=False
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
@@ -107,6 +124,8 @@ def export_command(
         "thresholdPct": threshold_pct,
         "fields": fields,
         "focusVersion": focus_version,
+        "allocationPct": allocation_pct,
+        "utilizationPct": utilization_pct,
     }
     params.update({k: [v] for k, v in given.items() if v is not None})
     if group_by is not None:
@@ -146,7 +165,7 @@ def _run(
         question.columns_of(args)  # the question's own checks (focus: its version), before connecting
     except ParameterError as exc:
         raise fail(f"{_option(exc.parameter)}{exc.message}") from None
-    context = ExportContext(ledger_threshold_pct=settings.idle_threshold_pct)
+    context = ExportContext(ledger_threshold_pct=settings.idle_threshold_pct, planning=settings.planning())
     console = Console(stderr=True)
     engine = make_engine(settings.database_url)
     try:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from connectors.registry import Registry, default_registry
+from service.pricing.break_even import RentOptionConfig
 from service.pricing.rates import RateCardConfig
 from service.pricing.tco import SiteConfig
 from service.scheduler import catch_up_window
@@ -77,6 +78,18 @@ DEMO_RATE_CARDS: list[dict[str, Any]] = [
 for _card in DEMO_RATE_CARDS:
     _card.update(currency="USD", valid_from=_FROM)
 
+#: breakEven's renting options beside the public catalog's on-demand prices. Illustrative figures
+#: (the billing fixtures' scenario, tests/fixtures/README.md): a 1-year Compute Savings Plan at 70 %
+#: of p5's on-demand price, an Azure 1-year reservation's amortized rate and a spot price.
+DEMO_RENT_OPTIONS: list[dict[str, Any]] = [
+    {"name": "demo-p5-sp-1y", "provider": "aws", "instance_type": "p5.48xlarge", "region": "us-east-1",
+     "option": "1y", "price_per_instance_hour": "38.528", "currency": "USD"},
+    {"name": "demo-nd-h100-ri-1y", "provider": "azure", "instance_type": "Standard_ND96isr_H100_v5",
+     "region": "eastus", "option": "1y", "price_per_instance_hour": "62.24", "currency": "USD"},
+    {"name": "demo-nd-h100-spot", "provider": "azure", "instance_type": "Standard_ND96isr_H100_v5",
+     "region": "eastus", "option": "spot", "price_per_instance_hour": "19.664", "currency": "USD"},
+]  # fmt: skip
+
 
 def with_demo(settings: Settings, registry: Registry | None = None) -> Settings:
     """``settings`` plus the demo connector, site and rate cards (when it has no connectors)."""
@@ -90,6 +103,10 @@ def with_demo(settings: Settings, registry: Registry | None = None) -> Settings:
             "rate_cards": [
                 *settings.rate_cards,
                 *(RateCardConfig.model_validate(c) for c in DEMO_RATE_CARDS),
+            ],
+            "rent_options": [
+                *settings.rent_options,
+                *(RentOptionConfig.model_validate(o) for o in DEMO_RENT_OPTIONS),
             ],
         }
     )

@@ -10,6 +10,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     export_max_rows = 5000000      # rows of a GET /export/… answer (413 RESULT_TOO_LARGE)
     idle_threshold_pct = 5.0       # idle = default utilization metric strictly below this
     gpu_cost_share = "1"           # part of a cloud instance's bill charged to its GPUs
+    price_catalog_path = "prices.csv"  # breakEven's on-demand price catalog (default: the bundled one)
     log_level = "INFO"
     log_format = "console"         # or "json"
 
@@ -38,6 +39,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     [[sites]]        # service.pricing.tco.SiteConfig
     [[rate_cards]]   # service.pricing.rates.RateCardConfig
     [[fx_rates]]     # service.pricing.fx.FxRateConfig
+    [[rent_options]]  # service.pricing.break_even.RentOptionConfig: 1y/3y/spot/on-demand rent prices
     [[instance_types]]  # service.billing.catalog.InstanceTypeConfig: GPUs per instance type
     instance_type = "p5.48xlarge"  # adds to (or replaces an entry of) the bundled catalog
     gpu_model = "NVIDIA H100 80GB"
@@ -88,7 +90,9 @@ from service.auth.config import AuthSettings
 from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
 from service.notify.email import SmtpSettings
+from service.pricing.break_even import Planning, RentOptionConfig, listed_prices
 from service.pricing.fx import FxRateConfig
+from service.pricing.price_catalog import load_price_catalog
 from service.pricing.rates import RateCardConfig
 from service.pricing.tco import SiteConfig
 from service.urls import mask_url
@@ -116,6 +120,7 @@ TABLE_MODELS: dict[str, type[BaseModel]] = {
     "rate_cards": RateCardConfig,
     "fx_rates": FxRateConfig,
     "instance_types": InstanceTypeConfig,
+    "rent_options": RentOptionConfig,
 }
 
 
@@ -153,6 +158,9 @@ class Settings(BaseSettings):
     rate_cards: list[RateCardConfig] = Field(default_factory=list)
     fx_rates: list[FxRateConfig] = Field(default_factory=list)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=list)
+    rent_options: list[RentOptionConfig] = Field(default_factory=list)
+    # breakEven's public on-demand price catalog (service/pricing/price_catalog.py); None = bundled.
+    price_catalog_path: Path | None = None
     config_path: Path | None = Field(default=None, description="the TOML file these came from")
 
     @field_validator("log_level")
@@ -187,6 +195,12 @@ class Settings(BaseSettings):
         """The bundled GPU instance catalog with this config's ``[[instance_types]]`` applied."""
         return load_catalog(self.instance_types)
 
+    def planning(self) -> Planning:
+        """What breakEven needs: the sites, the price catalog and the configured rent options."""
+        catalog = load_price_catalog(self.price_catalog_path)
+        prices = listed_prices(catalog, self.instance_catalog(), self.rent_options)
+        return Planning(tuple(self.sites), tuple(prices), catalog.label)
+
     def reprice_from_bills(self) -> Callable[[Engine, dt.datetime, dt.datetime], RepriceResult | None]:
         """The hook a metrics ingest runs afterwards: re-price from the bills that cover its window."""
         # Imported here: billing.rates pulls in the pricing engine, which a settings load never needs.
@@ -209,6 +223,7 @@ class Settings(BaseSettings):
             idle_threshold_pct=self.idle_threshold_pct,
             gpu_cost_share=self.gpu_cost_share,
             limits=self.limits,
+            planning=self.planning(),
         )
 
 
@@ -221,6 +236,7 @@ SCALARS = (
     "export_max_rows",
     "idle_threshold_pct",
     "gpu_cost_share",
+    "price_catalog_path",
     "log_level",
     "log_format",
 )

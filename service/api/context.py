@@ -17,6 +17,7 @@ from service.auth.principal import principal_of
 from service.limits import Limits
 from service.limits.deadline import DeadlinePassed, is_timeout, sql_deadline
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
+from service.pricing.break_even import Planning
 
 T = TypeVar("T")
 
@@ -35,6 +36,7 @@ class ApiSettings:
     ``idle_threshold_pct``); idle answers at this threshold read those columns directly.
     ``gpu_cost_share``: the part of an instance's bill charged to its GPUs (reconciliation's billed cost).
     ``limits``: the ``[limits]`` table (:class:`service.limits.Limits`).
+    ``planning``: breakEven's sites, price catalog and rent options (``Settings.planning``).
     """
 
     max_window_days: int = 400
@@ -44,6 +46,7 @@ class ApiSettings:
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT
     gpu_cost_share: Decimal = Decimal(1)
     limits: Limits = field(default_factory=Limits)
+    planning: Planning = field(default_factory=Planning)
 
 
 @dataclass

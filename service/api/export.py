@@ -95,7 +95,7 @@ def export_route(engine: Engine, settings: Settings) -> Route:
     limits = settings.limits
     rate = RateLimiter(limits.rate_per_minute, limits.rate_burst)
     gate = ConcurrencyGate(limits.max_concurrent_queries, limits.queue_wait_s)
-    context = ExportContext(ledger_threshold_pct=settings.idle_threshold_pct)
+    context = ExportContext(ledger_threshold_pct=settings.idle_threshold_pct, planning=api_settings.planning)
 
     async def export(request: Request) -> Response:
         principal = principal_of(request.scope)

@@ -26,6 +26,7 @@ from strawberry.types import ExecutionResult
 
 from service.api.alerts import AlertQuery
 from service.api.answer_cache import CLEAN_ANSWER_KEY, AnswerCache
+from service.api.break_even import BreakEvenQuery
 from service.api.context import ApiContext, ApiSettings
 from service.api.cost import CostQuery
 from service.api.data_quality import DataQualityQuery
@@ -54,6 +55,7 @@ class Query(
     ReconciliationQuery,
     DataQualityQuery,
     ForecastQuery,
+    BreakEvenQuery,
     AlertQuery,
 ):
     pass

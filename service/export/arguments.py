@@ -13,7 +13,8 @@ refusal is a :class:`ParameterError` naming its parameter. The names (GraphQL's)
   **repeated** for several values (``project=a&project=b``): a value is taken whole, commas
   included; ``unallocated`` is ``true`` or ``false``.
 * the question's own: ``metric`` (GPU_UTIL, SM_ACTIVE, TENSOR_ACTIVE, MEM_BW), ``idlePolicy``
-  (SEPARATE, SHARE_BY_USAGE, SHARE_EVENLY), ``currency`` (ISO 4217), ``thresholdPct`` (a number).
+  (SEPARATE, SHARE_BY_USAGE, SHARE_EVENLY), ``currency`` (ISO 4217), ``thresholdPct`` (a number),
+  ``allocationPct`` and ``utilizationPct`` (break-even's what-if, numbers).
 * ``fields``: the columns to write, comma-separated, in that order (default: all). Asking for
   fewer can make an answer cheaper (``idle-waste`` computes its streaks only for
   ``longest_idle_streak_hours``).
@@ -29,7 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from service.analytics.access import Access
 from service.analytics.dims import UTIL_METRIC_KEYS, Dimension, Granularity, IdlePolicy, LedgerFilter
@@ -73,7 +74,16 @@ FILTER_PARAMETERS: dict[str, Dimension] = {_camel(d.name): d for d in Dimension}
 COMMON_PARAMETERS = frozenset({"start", "end", "groupBy", "fields", "unallocated", *FILTER_PARAMETERS})
 #: The parameters a question may add to the common ones.
 QUESTION_PARAMETERS = frozenset(
-    {"granularity", "metric", "idlePolicy", "currency", "thresholdPct", "focusVersion"}
+    {
+        "granularity",
+        "metric",
+        "idlePolicy",
+        "currency",
+        "thresholdPct",
+        "focusVersion",
+        "allocationPct",
+        "utilizationPct",
+    }
 )
 
 
@@ -90,6 +100,9 @@ class ExportArgs:
     fields: tuple[str, ...] | None = None
     #: focus: the FOCUS version, as given (checked by the question).
     focus_version: str | None = None
+    #: break-even: the what-if allocation and utilization, percent (checked by the question).
+    allocation_pct: float | None = None
+    utilization_pct: float | None = None
 
 
 def parse_args(question: Question, params: Params, *, access: Access, max_window_days: int) -> ExportArgs:
@@ -120,6 +133,8 @@ def parse_args(question: Question, params: Params, *, access: Access, max_window
         threshold_pct=_number(params, "thresholdPct", DEFAULT_IDLE_THRESHOLD_PCT),
         fields=fields,
         focus_version=_one(params, "focusVersion"),
+        allocation_pct=_number(params, "allocationPct", None),
+        utilization_pct=_number(params, "utilizationPct", None),
     )
 
 
@@ -216,7 +231,11 @@ def _metric(params: Params) -> str | None:
     return key
 
 
-def _number(params: Params, name: str, default: float) -> float:
+@overload
+def _number(params: Params, name: str, default: float) -> float: ...
+@overload
+def _number(params: Params, name: str, default: None) -> float | None: ...
+def _number(params: Params, name: str, default: float | None) -> float | None:
     text = _one(params, name)
     if text is None:
         return default

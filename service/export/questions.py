@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 import polars as pl
 from sqlalchemy import Connection
 
-from service.analytics import columnar
+from service.analytics import break_even, columnar
 from service.analytics.dims import Dimension
 from service.analytics.errors import QueryError
 from service.analytics.frames import PERIOD_START
 from service.analytics.paging import Page, ResultTooLarge
-from service.export.arguments import QUESTION_PARAMETERS, ExportArgs
+from service.export.arguments import QUESTION_PARAMETERS, ExportArgs, ParameterError
 from service.export.formats import Format
+from service.pricing.break_even import Planning
 
 #: Builds a question's frame: every column it has, rows within ``page``'s cap.
 Build = Callable[[Connection, ExportArgs, Page, "ExportContext"], pl.DataFrame]
@@ -35,9 +36,11 @@ Build = Callable[[Connection, ExportArgs, Page, "ExportContext"], pl.DataFrame]
 @dataclass(frozen=True)
 class ExportContext:
     """What the service's configuration adds to a request: the threshold the ledger's idle
-    columns were built with (``idle_threshold_pct``)."""
+    columns were built with (``idle_threshold_pct``) and break-even's planning inputs."""
 
     ledger_threshold_pct: float
+    #: break-even's sites, price catalog and rent options (``Settings.planning``).
+    planning: Planning = field(default_factory=Planning)
 
 
 @dataclass(frozen=True)
@@ -209,5 +212,29 @@ EFFECTIVE_COST = register(
         _effective,
         # GraphQL's default groupBy of effectiveCost.
         default_group_by=(Dimension.ENVIRONMENT, Dimension.GPU_MODEL),
+    )
+)
+
+
+def _break_even(conn: Connection, args: ExportArgs, _page: Page, context: ExportContext) -> pl.DataFrame:
+    if args.query.group_by:
+        raise ParameterError(
+            "groupBy", "break-even has its own rows (site × GPU model × option): leave groupBy out"
+        )
+    what_if = break_even.WhatIf(args.allocation_pct, args.utilization_pct)
+    rows = break_even.break_even_rows(
+        conn, args.query, context.planning, metric=args.metric, currency=args.currency, what_if=what_if
+    )
+    frame = break_even.break_even_frame(rows)
+    return frame.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias(PERIOD_START))
+
+
+BREAK_EVEN = register(
+    Question(
+        "break-even",
+        "breakEven",
+        frozenset({"metric", "currency", "allocationPct", "utilizationPct"}),
+        break_even.COLUMNS,
+        _break_even,
     )
 )
