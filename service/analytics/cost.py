@@ -49,7 +49,7 @@ from sqlalchemy import ColumnElement, Connection, case, func, select
 
 from service.analytics.access import ALL
 from service.analytics.dims import Dimension, IdlePolicy
-from service.analytics.fx import NO_CURRENCY, FxTable, check_currency
+from service.analytics.fx import NO_CURRENCY, FxTable, check_currency, convert_amounts
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import (
     GroupKey,
@@ -61,7 +61,7 @@ from service.analytics.query import (
     key_columns,
 )
 from service.analytics.window import hours, money_sum, one_of
-from service.money import allocate, quantize
+from service.money import allocate
 
 ZERO = Decimal("0E-9")
 
@@ -154,13 +154,6 @@ def _sql_parts(conn: Connection, q: LedgerQuery, by_day: bool, page: Page = WHOL
     )
 
 
-def _convert_amounts(amounts: list[Decimal], rate: Decimal) -> list[Decimal]:
-    """``amounts`` × ``rate``, each rounded so that they add up to their rounded converted total."""
-    if any(a < 0 for a in amounts):  # allocate() needs non-negative weights: round one by one
-        return [quantize(a * rate) for a in amounts]
-    return allocate(quantize(sum(amounts, ZERO) * rate), amounts)
-
-
 def _convert(parts: list[_Part], fx: FxTable) -> list[_Part]:
     by_day: dict[tuple[int, str], list[_Part]] = defaultdict(list)
     for p in parts:
@@ -168,8 +161,8 @@ def _convert(parts: list[_Part], fx: FxTable) -> list[_Part]:
     out: list[_Part] = []
     for (day, currency), group in by_day.items():
         rate = fx.rate(currency, day)
-        costs = _convert_amounts([p.cost for p in group], rate)
-        idles = _convert_amounts([p.idle_cost for p in group], rate)
+        costs = convert_amounts([p.cost for p in group], rate)
+        idles = convert_amounts([p.idle_cost for p in group], rate)
         for p, c, i in zip(group, costs, idles, strict=True):
             out.append(replace(p, currency=fx.target, cost=c, idle_cost=i))
     return out

@@ -1,14 +1,25 @@
-"""Cost per GPU-hour and per *effective* GPU-hour: the buy-or-rent comparison (docs/design.md §1, §4)."""
+"""Cost per GPU-hour and per *effective* GPU-hour: the buy-or-rent comparison (docs/design.md §1, §4).
+
+**Currency.** With ``currency`` (an EUR site next to USD clouds in one answer) the SQL groups also
+by UTC day and currency; each day's cost of a source currency is converted once and split back
+(:func:`service.analytics.fx.convert_day_buckets`, as ``cost`` converts), the buckets of a group
+are added, and only then are the per-hour prices divided: a ratio of converted sums, never a sum
+of converted ratios. Unpriced time stays its own XXX row (it never dilutes a price). The answer
+is folded and paged in Python (a row's cursor is its position), so each page costs the whole
+answer's SQL.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection, Label, case
 
-from service.analytics.fx import NO_CURRENCY
+from service.analytics.dims import metric_label
+from service.analytics.fx import NO_CURRENCY, FxTable, check_currency, convert_day_buckets
+from service.analytics.idle import count_groups
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import (
     GroupKey,
@@ -65,12 +76,20 @@ def per_gpu_hour(amount: Decimal, hours: float, currency: str) -> Decimal | None
 
 @collector_paused
 def effective_cost(
-    conn: Connection, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
+    conn: Connection,
+    q: LedgerQuery,
+    metric: str | None = None,
+    *,
+    page: Page = WHOLE,
+    currency: str | None = None,
 ) -> list[EffectiveCostRow]:
     """Per (group, currency) of the rows ``q.access`` may read: GPU-hours, effective GPU-hours, cost
-    (granularity is ignored: TOTAL). Paged in SQL."""
-    src, measures, currency = effective_measures(q, metric)
-    c = fetch_columns(conn, grouped_select(src, q, measures, [currency], page=page), page)
+    (granularity is ignored: TOTAL). Paged in SQL; with ``currency`` converted per UTC day and
+    paged by position (see the module docstring; MISSING_FX_RATE, UNKNOWN_CURRENCY as ``cost``)."""
+    if currency is not None:
+        return _converted(conn, q, metric, check_currency(conn, currency), page)
+    src, measures, currency_key = effective_measures(q, metric)
+    c = fetch_columns(conn, grouped_select(src, q, measures, [currency_key], page=page), page)
     return list(
         map(
             EffectiveCostRow,
@@ -82,3 +101,38 @@ def effective_cost(
             metric_labels(metric, c["min_default_metric"], c["max_default_metric"]),
         )
     )
+
+
+def _converted(
+    conn: Connection, q: LedgerQuery, metric: str | None, target: str, page: Page
+) -> list[EffectiveCostRow]:
+    src, measures, currency_key = effective_measures(q, metric)
+    if page.first is None and page.max_rows is not None:
+        page.refuse_above(count_groups(conn, src, q) - page.offset)
+    c = fetch_columns(conn, grouped_select(src, q, measures, [currency_key, src.c.day_index.label("day")]))
+    currencies = [cur or NO_CURRENCY for cur in c["currency"]]
+    days = [int(d) for d in c["day"]]
+    [costs] = convert_day_buckets(FxTable(conn, target, set(currencies), days), [c["cost"]], currencies, days)
+    folded: dict[tuple[GroupKey, str], list[Any]] = {}
+    # SQL ordered by the keys, then currency (unpriced first): a row's buckets are adjacent.
+    for i, key in enumerate(group_keys(q, c)):
+        cur = NO_CURRENCY if currencies[i] == NO_CURRENCY else target
+        acc = folded.setdefault((key, cur), [0.0, 0.0, Decimal("0E-9"), set()])
+        acc[0] += float(c["gpu_hours"][i])
+        acc[1] += float(c["effective_gpu_hours"][i])
+        acc[2] += costs[i]
+        acc[3].update(m for m in (c["min_default_metric"][i], c["max_default_metric"][i]) if m is not None)
+    offset = page.offset
+    return [
+        EffectiveCostRow(
+            replace(key, order=(offset + i,)),
+            cur,
+            gpu_hours,
+            effective_hours,
+            cost,
+            metric_label(metric, min(seen, default=None), max(seen, default=None)),
+        )
+        for i, ((key, cur), (gpu_hours, effective_hours, cost, seen)) in enumerate(
+            page.slice(list(folded.items()))
+        )
+    ]

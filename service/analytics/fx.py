@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from decimal import Decimal
 
 from sqlalchemy import Connection, or_, select
@@ -16,6 +17,7 @@ from sqlalchemy import Connection, or_, select
 from service.analytics.errors import MissingFxRate, UnknownCurrency
 from service.dbtypes import table_of
 from service.models import FxRate, LedgerDay
+from service.money import allocate, quantize
 from service.timeutil import EPOCH
 
 #: ISO 4217 "no currency": the currency of unpriced ledger time (its amount is always 0).
@@ -23,15 +25,23 @@ NO_CURRENCY = "XXX"
 _ISO_4217 = re.compile(r"^[A-Z]{3}$")
 
 
+ZERO = Decimal("0E-9")
+
+
 def day_of(day_index: int) -> dt.date:
     return (EPOCH + dt.timedelta(days=int(day_index))).date()
+
+
+def day_index_of(day: dt.date) -> int:
+    return (day - EPOCH.date()).days
 
 
 def check_currency(conn: Connection, code: str) -> str:
     """``code`` upper-cased if it is ISO-4217-shaped and known to the FX table or the ledger."""
     normalized = code.strip().upper()
     if not _ISO_4217.match(normalized):
-        raise UnknownCurrency(f"currency {code!r} is not an ISO 4217 code (three letters, e.g. USD)")
+        shown = repr(code[:20]) + ("…" if len(code) > 20 else "")  # a 10 KB argument is not echoed back
+        raise UnknownCurrency(f"currency {shown} is not an ISO 4217 code (three letters, e.g. USD)")
     fx = table_of(FxRate)
     day = table_of(LedgerDay)
     known = (
@@ -90,3 +100,30 @@ class FxTable:
                 f"no FX rate {currency}/{self.target} (or {self.target}/{currency}) "
                 f"for {day_of(day_index).isoformat()}"
             ) from None
+
+
+def convert_amounts(amounts: Sequence[Decimal], rate: Decimal) -> list[Decimal]:
+    """``amounts`` × ``rate``, each rounded so that they add up to their rounded converted total."""
+    if any(a < 0 for a in amounts):  # allocate() needs non-negative weights: round one by one
+        return [quantize(a * rate) for a in amounts]
+    return allocate(quantize(sum(amounts, ZERO) * rate), amounts)
+
+
+def convert_day_buckets(
+    fx: FxTable, columns: Sequence[Sequence[Decimal]], currencies: Sequence[str], days: Sequence[int]
+) -> list[list[Decimal]]:
+    """Each money column of buckets (bucket ``i`` in ``currencies[i]`` on UTC day ``days[i]``) in
+    ``fx.target``: per (day, currency) the column's total is converted once, rounded half-even to
+    1e-9 and split back over its buckets (:func:`convert_amounts`), the way ``cost`` converts. So
+    however an answer groups the same buckets, its converted rows add up to the same total.
+    MISSING_FX_RATE names the first (day, currency) without a rate."""
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, key in enumerate(zip(days, currencies, strict=True)):
+        groups[key].append(i)
+    out = [list(column) for column in columns]
+    for (day, currency), members in sorted(groups.items()):
+        rate = fx.rate(currency, day)
+        for column, converted in zip(columns, out, strict=True):
+            for i, value in zip(members, convert_amounts([column[i] for i in members], rate), strict=True):
+                converted[i] = value
+    return out

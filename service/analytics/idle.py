@@ -9,23 +9,33 @@ Idle seconds at ``threshold_pct``:
   half-even to 1e-9 once. A ratio per row is not additive over a day, so this reads ``ledger_hour``;
 * an explicit metric: ``idle_s_<metric>``, which the ledger keeps only at its own threshold; cost
   as above (hourly).
+
+**Currency.** With ``currency`` the SQL groups also by UTC day and currency, and every day's
+idle cost of a source currency — allocated and unallocated buckets together, one column — is
+converted once and split back (:func:`service.analytics.fx.convert_day_buckets`, as ``cost``
+converts): so a converted answer's idle cost adds up to ``cost``'s converted idle cost of the same
+window and rows, whatever the grouping. Unpriced time (XXX, amount 0) joins the target's row. The
+answer is then folded and paged in Python (a row's cursor is its position): each page costs the
+whole answer's SQL, as ``cost`` with ``currency`` does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Select, case, func, select
 
+from service.analytics.dims import metric_label
 from service.analytics.errors import UnsupportedThreshold
-from service.analytics.fx import NO_CURRENCY
+from service.analytics.fx import NO_CURRENCY, FxTable, check_currency, convert_day_buckets
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import (
     GroupKey,
     LedgerQuery,
     collector_paused,
+    column_count,
     fetch_columns,
     group_keys,
     grouped_select,
@@ -37,6 +47,7 @@ from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT, HIST_COLUMNS, HI
 
 #: An hour counts towards a streak when idle seconds reach observed seconds within this slack.
 STREAK_SLACK_S = 1e-3
+ZERO = Decimal("0E-9")
 
 
 @dataclass(frozen=True)
@@ -165,35 +176,90 @@ def idle_waste(
     ledger_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
     page: Page = WHOLE,
     streak: bool = True,
+    currency: str | None = None,
 ) -> list[IdleRow]:
     """Idle waste per (period, group, currency) of the rows ``q.access`` may read.
 
     A scoped caller's rows hold no unallocated time (nobody's project): the pool is account-wide.
-    Paged in SQL. ``streak``: whether to compute the longest idle streak (a second query, window
-    functions over ``ledger_hour``: most of the cost of this answer); False leaves it None. It runs
-    over every group of the answer and only the page's groups are looked up in it.
+    Paged in SQL (by position with ``currency``: see the module docstring). ``streak``: whether to
+    compute the longest idle streak (a second query, window functions over ``ledger_hour``: most
+    of the cost of this answer); False leaves it None. It runs over every group of the answer and
+    only the page's groups are looked up in it. ``currency``: idle cost converted per UTC day
+    (MISSING_FX_RATE, UNKNOWN_CURRENCY as ``cost``).
     """
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
-    src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
-    stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")], page=page)
-    c = fetch_columns(conn, stmt, page)
-    keys = group_keys(q, c, ["currency"])
-    streaks: list[int | None]
-    if streak:
-        longest = _streaks(conn, q, metric, buckets)
-        streaks = [longest.get(k, 0) for k in keys]
+    target = check_currency(conn, currency) if currency is not None else None
+    if target is not None:
+        rows = _converted(conn, q, metric, buckets, target, page)
     else:
-        streaks = [None] * len(keys)
-    return list(
-        map(
-            IdleRow,
-            keys,
-            [cur or NO_CURRENCY for cur in c["currency"]],
-            floats(c["alloc_h"]),
-            floats(c["free_h"]),
-            c["alloc_cost"],
-            c["free_cost"],
-            streaks,
-            metric_labels(metric, c["dm_min"], c["dm_max"]),
+        src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
+        stmt = grouped_select(src, q, measures, [src.c.currency.label("currency")], page=page)
+        c = fetch_columns(conn, stmt, page)
+        rows = list(
+            map(
+                IdleRow,
+                group_keys(q, c, ["currency"]),
+                [cur or NO_CURRENCY for cur in c["currency"]],
+                floats(c["alloc_h"]),
+                floats(c["free_h"]),
+                c["alloc_cost"],
+                c["free_cost"],
+                [None] * column_count(c),
+                metric_labels(metric, c["dm_min"], c["dm_max"]),
+            )
         )
-    )
+    if not streak:
+        return rows
+    longest = _streaks(conn, q, metric, buckets)
+    return [replace(r, longest_idle_streak_hours=longest.get(r.key, 0)) for r in rows]
+
+
+def count_groups(conn: Connection, src: Any, q: LedgerQuery) -> int:
+    """The groups of ``q``'s answer (period × dimensions), counted in SQL."""
+    keys = key_columns(src, q)
+    if not keys:
+        return 1
+    groups = select(*keys).group_by(*keys).subquery("groups")
+    return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
+
+
+def _converted(
+    conn: Connection, q: LedgerQuery, metric: str | None, buckets: int | None, target: str, page: Page
+) -> list[IdleRow]:
+    """The rows in ``target`` (see the module docstring), ``page`` of them by position."""
+    src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
+    if page.first is None and page.max_rows is not None:
+        page.refuse_above(count_groups(conn, src, q) - page.offset)
+    extra = [src.c.currency.label("currency"), src.c.day_index.label("day")]
+    c = fetch_columns(conn, grouped_select(src, q, measures, extra))
+    keys = group_keys(q, c)
+    n = len(keys)
+    currencies = [cur or NO_CURRENCY for cur in c["currency"]]
+    days = [int(d) for d in c["day"]]
+    fx = FxTable(conn, target, set(currencies), days)
+    # Allocated and unallocated idle cost are buckets of one column: one rounding per day.
+    [costs] = convert_day_buckets(fx, [[*c["alloc_cost"], *c["free_cost"]]], currencies * 2, days * 2)
+    folded: dict[GroupKey, list[Any]] = {}
+    for i, key in enumerate(keys):  # SQL ordered by the keys: a group's rows are adjacent
+        acc = folded.setdefault(key, [0.0, 0.0, ZERO, ZERO, set()])
+        acc[0] += float(c["alloc_h"][i])
+        acc[1] += float(c["free_h"][i])
+        acc[2] += costs[i]
+        acc[3] += costs[n + i]
+        acc[4].update(m for m in (c["dm_min"][i], c["dm_max"][i]) if m is not None)
+    offset = page.offset
+    return [
+        IdleRow(
+            replace(key, order=(offset + i,)),
+            target,
+            alloc_h,
+            free_h,
+            alloc_cost,
+            free_cost,
+            None,
+            metric_label(metric, min(seen, default=None), max(seen, default=None)),
+        )
+        for i, (key, (alloc_h, free_h, alloc_cost, free_cost, seen)) in enumerate(
+            page.slice(list(folded.items()))
+        )
+    ]

@@ -15,6 +15,7 @@ from service.analytics import effective as effective_q
 from service.api.context import ApiContext
 from service.api.types import (
     AFTER,
+    CURRENCY,
     FILTER,
     GRANULARITY,
     GROUP_BY,
@@ -157,7 +158,9 @@ class CostQuery:
         return CostRow.page(rows, page.key_cursors(r.key.order for r in rows))
 
     @strawberry.field(
-        description="Cost per GPU-hour and per effective GPU-hour over the window, split per currency."
+        description="Cost per GPU-hour and per effective GPU-hour over the window, split per currency "
+        "unless `currency` is given (then costs are converted per day before the per-hour prices are "
+        "divided, and pages cost the whole answer's work, as `cost` with `currency`)."
     )
     async def effective_cost(
         self,
@@ -171,9 +174,12 @@ class CostQuery:
         metric: METRIC = None,
         first: LEDGER_FIRST = None,
         after: AFTER = None,
+        currency: CURRENCY = None,
     ) -> list[EffectiveCostRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, Granularity.TOTAL, group_by, filter, access=ctx.access)
-        page = ledger_page(ctx.settings, "effectiveCost", q, first, after, metric)
-        rows = await ctx.read(lambda conn: effective_q.effective_cost(conn, q, metric_key(metric), page=page))
+        page = ledger_page(ctx.settings, "effectiveCost", q, first, after, metric, currency)
+        rows = await ctx.read(
+            lambda conn: effective_q.effective_cost(conn, q, metric_key(metric), page=page, currency=currency)
+        )
         return EffectiveCostRow.page(rows, page.key_cursors(r.key.order for r in rows))

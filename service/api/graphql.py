@@ -35,6 +35,7 @@ from service.api.errors import BAD_REQUEST, OVERLOADED, RATE_LIMITED, ErrorCodes
 from service.api.forecast import ForecastQuery
 from service.api.graphiql import graphiql_response, is_graphiql_page
 from service.api.guard import LimitedParsing
+from service.api.heatmap import HeatmapQuery
 from service.api.idle import IdleQuery
 from service.api.leaf_lists import LeafListExecutionContext
 from service.api.reconciliation import ReconciliationQuery
@@ -57,6 +58,7 @@ class Query(
     ForecastQuery,
     BreakEvenQuery,
     AlertQuery,
+    HeatmapQuery,
 ):
     pass
 

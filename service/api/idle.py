@@ -13,6 +13,7 @@ from service.analytics import idle as analytics
 from service.api.context import ApiContext
 from service.api.types import (
     AFTER,
+    CURRENCY,
     FILTER,
     GRANULARITY,
     GROUP_BY,
@@ -87,7 +88,10 @@ def selects(selections: Sequence[Selection], name: str) -> bool:
 
 @strawberry.type
 class IdleQuery:
-    @strawberry.field(description="Idle GPU-hours and their cost per period, group and currency.")
+    @strawberry.field(
+        description="Idle GPU-hours and their cost per period, group and currency (one currency with "
+        "`currency`: then each page costs the whole answer's work, as `cost` with `currency`)."
+    )
     async def idle_waste(
         self,
         info: Info[ApiContext, None],
@@ -107,10 +111,11 @@ class IdleQuery:
         ] = 5.0,
         first: LEDGER_FIRST = None,
         after: AFTER = None,
+        currency: CURRENCY = None,
     ) -> list[IdleWasteRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
-        page = ledger_page(ctx.settings, "idleWaste", q, first, after, metric, threshold_pct)
+        page = ledger_page(ctx.settings, "idleWaste", q, first, after, metric, threshold_pct, currency)
         ledger_pct = ctx.settings.idle_threshold_pct
         streak = selects(info.selected_fields, "longestIdleStreakHours")
         rows = await ctx.read(
@@ -122,6 +127,7 @@ class IdleQuery:
                 ledger_threshold_pct=ledger_pct,
                 page=page,
                 streak=streak,
+                currency=currency,
             )
         )
         return IdleWasteRow.page(rows, threshold_pct, page.key_cursors(r.key.order for r in rows))

@@ -15,7 +15,17 @@ from strawberry.types import Info
 from service.analytics.window import check_window
 from service.api.context import ApiContext
 from service.api.devices import PageInfo
-from service.api.types import AFTER, CURSOR, FIRST, WINDOW, Money, TimeWindow, aggregate_page, gql_float
+from service.api.types import (
+    AFTER,
+    CURRENCY,
+    CURSOR,
+    FIRST,
+    WINDOW,
+    Money,
+    TimeWindow,
+    aggregate_page,
+    gql_float,
+)
 from service.billing import queries as billing_q
 from service.billing import reconcile as recon
 from service.models import BillingLine as BillingLineModel
@@ -234,6 +244,7 @@ class ReconciliationQuery:
         ] = 5.0,
         first: FIRST = None,
         after: AFTER = None,
+        currency: CURRENCY = None,
     ) -> list[ReconciliationRow]:
         ctx = info.context
         w = check_window(window.start, window.end, max_days=ctx.settings.max_window_days)
@@ -244,7 +255,7 @@ class ReconciliationQuery:
         page = aggregate_page(ctx.settings, "reconciliation", first, after)
         rows = await ctx.read(
             lambda conn: recon.reconcile(
-                conn, w, keys, filters, tol, gpu_cost_share=share, access=access, page=page
+                conn, w, keys, filters, tol, gpu_cost_share=share, access=access, page=page, currency=currency
             )
         )
         return [ReconciliationRow.of(r, c) for r, c in zip(rows, page.cursors(len(rows)), strict=True)]

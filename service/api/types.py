@@ -209,6 +209,15 @@ METRIC = Annotated[
     ),
 ]
 
+CURRENCY = Annotated[
+    str | None,
+    strawberry.argument(
+        description="Convert money to this ISO 4217 currency through the FX table, per UTC day, as "
+        "`cost` does (MISSING_FX_RATE names a missing pair and day; UNKNOWN_CURRENCY for unknown "
+        "codes); null = one row per source currency."
+    ),
+]
+
 
 @overload
 def gql_float(value: float) -> float: ...

@@ -21,6 +21,12 @@ few resulting buckets.
   type says unused: Azure ``UnusedReservation``, an unused Savings Plan) are their own rows,
   ``UNUSED_COMMITMENT`` — commitment waste belongs to no GPU (docs/design.md §4); credits, tax and
   adjustments without a resource are ``ACCOUNT_ADJUSTMENT`` rows, reported, never spread over GPUs.
+
+``currency``: billed and ledger cost are converted before rows are merged, each per (UTC day,
+source currency) of the base buckets — the total converted once and split back
+(:func:`service.analytics.fx.convert_day_buckets`, as ``cost`` converts) — so every row is in the
+target currency, rows add up to the converted totals, and variances and their percentages are
+computed from converted sums. A day whose rate is missing is MISSING_FX_RATE, as ``cost``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from sqlalchemy import Connection, case, func, or_, select, type_coerce
 from service.analytics.access import ALL, Access
 from service.analytics.dims import Granularity, LedgerFilter
 from service.analytics.errors import InvalidArgument
+from service.analytics.fx import NO_CURRENCY, FxTable, check_currency, convert_day_buckets, day_index_of
 from service.analytics.paging import WHOLE, Page
 from service.analytics.window import Window, ledger_source, money_sum
 from service.billing.catalog import GPU_LOOKING
@@ -245,6 +252,19 @@ def _ledger(conn: Connection, window: Window, filters: Mapping[str, Sequence[str
     ]
 
 
+def _convert(
+    conn: Connection, target: str, billing: list[dict[str, Any]], ledger: list[dict[str, Any]]
+) -> None:
+    """Billing and ledger buckets' cost in ``target``, in place (see the module docstring)."""
+    for items in (billing, ledger):
+        currencies = [b["currency"] or NO_CURRENCY for b in items]
+        days = [day_index_of(b["key"][3]) for b in items]
+        fx = FxTable(conn, target, set(currencies), days)
+        [costs] = convert_day_buckets(fx, [[b["cost"] for b in items]], currencies, days)
+        for b, cost in zip(items, costs, strict=True):
+            b["cost"], b["currency"] = cost, target
+
+
 def _status(row: ReconRow, has_billing: bool, tolerance_pct: Decimal) -> Status:
     if row._kind == _UNKNOWN:
         return Status.UNKNOWN_INSTANCE_TYPE
@@ -272,6 +292,7 @@ def reconcile(
     *,
     access: Access,
     page: Page = WHOLE,
+    currency: str | None = None,
 ) -> list[ReconRow]:
     """Reconciliation rows of ``window`` grouped by ``group_by`` (see the module docstring).
 
@@ -283,6 +304,7 @@ def reconcile(
     tol = Decimal(repr(tolerance_pct)) if isinstance(tolerance_pct, float) else Decimal(tolerance_pct)
     if not tol.is_finite() or tol < 0:
         raise InvalidArgument(f"tolerancePct must be a non-negative number, got {tolerance_pct}")
+    target = check_currency(conn, currency) if currency is not None else None
     filters = filters or {}
     keep_p, keep_a, keep_r, keep_d = (k in group_by for k in ALL_KEYS)
 
@@ -291,6 +313,9 @@ def reconcile(
         return (p if keep_p else None, a if keep_a else None, r if keep_r else None, d if keep_d else None)
 
     billing = _billing(conn, window, filters, gpu_cost_share)
+    ledger = _ledger(conn, window, filters)
+    if target is not None:
+        _convert(conn, target, billing, ledger)
     gpu_base = {b["key"] for b in billing if b["kind"] == _GPU}
     resource_currency = {b["key"]: b["currency"] for b in billing if b["kind"] == _GPU}
     rows: dict[tuple[object, ...], ReconRow] = {}
@@ -310,7 +335,7 @@ def reconcile(
         r.billed_cost += b["cost"]
         r.billing_lines += b["n"]
         has_billing[(*grouped(b["key"]), b["kind"], b["currency"])] = True
-    for m in _ledger(conn, window, filters):
+    for m in ledger:
         currency = m["currency"] or resource_currency.get(m["key"]) or "XXX"
         if m["key"] not in gpu_base and m["metered"] == 0 and not m["cost"]:
             continue

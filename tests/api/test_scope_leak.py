@@ -212,6 +212,7 @@ def _check(
 def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     roots, dims, policies = _schema(callers["all"])
     walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors", "dataQuality"}
+    walked.add("heatmap")
     assert set(roots) == walked, f"walk the new root field(s) {set(roots) - walked} in this test"
     assert "PROJECT" in dims and "TEAM" in dims and len(policies) >= 3
 
@@ -221,6 +222,18 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     everyone = _aggregates(callers["all"], {"p": ["PROJECT"]}, policies)["p"]
     assert {r["project"] for r in everyone["usage"]} == {None, *TEAMS}
     assert any(r["unallocated"] for r in everyone["cost_SEPARATE"])
+
+    # heatmap: the scope's own hours and idle cost only (its usage and idleWaste totals).
+    for name in ("alpha", "web"):
+        d = callers[name].data(
+            """query($w: TimeWindow!) { heatmap(window: $w, timeZone: "Europe/Berlin") {
+            gpuHours idleCost { amount currency } } usage(window: $w) { gpuHours }
+            idleWaste(window: $w) { idleCost { amount currency } } }""",
+            {"w": W},
+        )
+        assert sum(c["gpuHours"] for c in d["heatmap"]) == d["usage"][0]["gpuHours"], name
+        cells = [{"idleCost": m} for c in d["heatmap"] for m in c["idleCost"]]
+        assert _totals(cells, "idleCost") == _totals(d["idleWaste"], "idleCost"), name
 
     # devices: only those the scope's projects held, on every page.
     def devices(caller: Caller) -> list[str]:
