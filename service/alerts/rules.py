@@ -158,6 +158,10 @@ class EmailChannel(_Channel):
 
 AlertChannel = Annotated[WebhookChannel | EmailChannel, Field(discriminator="type")]
 _RULE = TypeAdapter(AlertRule)
+_TAGS = frozenset({
+    "idle_workload", "project_idle_cost", "budget_forecast", "unmonitored_spend", "connector_silent",
+    "webhook", "slack", "email",
+})  # fmt: skip
 _CHANNEL = TypeAdapter(AlertChannel)
 
 
@@ -183,7 +187,10 @@ def _problems(exc: ValidationError) -> str:
     # Never echo inputs: a channel's url is a secret.
     out = []
     for err in exc.errors(include_url=False, include_input=False):
-        key = ".".join(str(p) for p in err["loc"])
+        loc = err["loc"]
+        if len(loc) > 1 and loc[0] in _TAGS:  # the union's branch ("idle_workload.hours"): the table says it
+            loc = loc[1:]
+        key = ".".join(str(p) for p in loc)
         out.append(f'key "{key}": ' + ("unknown key" if err["type"] == "extra_forbidden" else err["msg"]))
     return "; ".join(out)
 

@@ -34,7 +34,6 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 import polars as pl
-import pytest
 from api.conftest import serve
 from notify.smtpserver import smtp_server
 from prometheus_client.parser import text_string_to_metric_families
@@ -178,7 +177,9 @@ def test_idle_job_fires_once_resolves_and_does_not_flap(engine: Engine, tmp_path
 
     with engine.connect() as conn:
         events = conn.execute(
-            select(AlertEvent.at, AlertEvent.state, AlertEvent.notify, AlertEvent.deliveries).order_by(AlertEvent.id)
+            select(AlertEvent.at, AlertEvent.state, AlertEvent.notify, AlertEvent.deliveries).order_by(
+                AlertEvent.id
+            )
         ).all()
     h = lambda n: T0 + dt.timedelta(hours=n)  # noqa: E731
     ok = "hook: SENT, slack: SENT, mail: SENT"
@@ -244,7 +245,7 @@ def test_alerts_answers_are_scoped_and_gauged(engine: Engine, tmp_path: Path) ->
             {"rule": "zombie", "state": "FIRING", "at": "2026-11-02T05:00:00+00:00", "subject": "train-1",
              "project": "ml", "notified": True, "deliveries": "hook: SENT, slack: SENT, mail: SENT"}
         ]  # fmt: skip
-        firing = _gql(base, tokens["read"], '{ alerts(state: RESOLVED) { rule } }')
+        firing = _gql(base, tokens["read"], "{ alerts(state: RESOLVED) { rule } }")
         assert firing == {"data": {"alerts": []}}
         paged = _gql(base, tokens["read"], "{ alerts(first: 1) { rule cursor } }")["data"]["alerts"]
         assert [a["rule"] for a in paged] == ["silent"]
@@ -260,5 +261,8 @@ def test_alerts_answers_are_scoped_and_gauged(engine: Engine, tmp_path: Path) ->
             if family.name == "gpu_ledger_alert_firing"
             for s in family.samples
         }
-        assert gauges == {("silent", "connector_silent", "dc1"): 1.0, ("zombie", "idle_workload", "train-1"): 1.0}
+        assert gauges == {
+            ("silent", "connector_silent", "dc1"): 1.0,
+            ("zombie", "idle_workload", "train-1"): 1.0,
+        }
         assert SLACK_PATH not in text and "s3cr3t" not in text
