@@ -150,7 +150,7 @@ def _project_idle_cost(conn: Connection, rule: ProjectIdleCostRule, now: dt.date
         .where(lh.c.hour_index > last_h - 24, lh.c.hour_index <= last_h, lh.c.project.is_not(None))
         .group_by(lh.c.project, lh.c.currency, lh.c.day_index)
     )
-    totals = _converted(conn, rule.currency, conn.execute(stmt).tuples())
+    totals = _converted(conn, rule.currency, conn.execute(stmt))
     return [
         Finding(
             subject_key=f"project:{project}",
@@ -180,7 +180,7 @@ def _budget_forecast(conn: Connection, rule: BudgetForecastRule, now: dt.datetim
         .where(ld.c.month_index == month, group.in_(sorted(rule.budgets)))
         .group_by(group, ld.c.currency, ld.c.day_index)
     )
-    totals = _converted(conn, rule.currency, conn.execute(stmt).tuples())
+    totals = _converted(conn, rule.currency, conn.execute(stmt))
     month_s = Decimal((end - start).total_seconds())
     findings = []
     for name, spent in sorted(totals.items()):
