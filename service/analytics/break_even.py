@@ -193,7 +193,7 @@ def break_even_rows(
     what_if: WhatIf = WhatIf(),
 ) -> list[BreakEvenRow]:
     """The answer (module docstring). ``q``: window, filter (of the owned GPUs) and access."""
-    q.access.require_everything("breakEven (site TCO and account-wide bills)")
+    q.access.require_everything("breakEven")
     what_if.check()
     workload = [d.name for d, values in q.filter.values.items() if values and d.is_workload]
     if workload or q.filter.unallocated is not None:

@@ -255,7 +255,8 @@ def test_both_sides_cost_the_same_at_the_break_even(
     if result.allocation is not None and result.allocation > 0:
         assert owning.per_allocated_gpu_hour(result.allocation, u) == rent  # exact, not within 1e-9
         above = (result.allocation + 1) / 2  # between a* and 100 %: owning is no dearer
-        assert owning.per_allocated_gpu_hour(above, u) <= rent
+        above_cost = owning.per_allocated_gpu_hour(above, u)
+        assert above_cost is not None and above_cost <= rent
     elif result.outcome.name == "RENT_ALWAYS":
         per_hour = owning.per_allocated_gpu_hour(Fraction(1), u)
         assert per_hour is not None and per_hour >= rent

@@ -213,6 +213,7 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     roots, dims, policies = _schema(callers["all"])
     walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors", "dataQuality"}
     walked.add("heatmap")
+    walked.add("breakEven")  # account-wide: FORBIDDEN below
     assert set(roots) == walked, f"walk the new root field(s) {set(roots) - walked} in this test"
     assert "PROJECT" in dims and "TEAM" in dims and len(policies) >= 3
 
@@ -274,6 +275,13 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
             assert error["extensions"]["code"] == "FORBIDDEN", (field, error)
             assert error["message"] == f"{field} is account-wide data: it needs the `read` scope"
         assert callers["all"].data(query, variables)[field]
+    # breakEven prices with the sites' TCO and the account's bills: account-wide, FORBIDDEN alike
+    # (no [[sites]] here, so the `read` caller's answer is empty).
+    query = "query($w: TimeWindow!) { breakEven(window: $w) { site } }"
+    for name in ("alpha", "web"):
+        body = callers[name].post(query, {"w": W})
+        assert body["data"] is None and body["errors"][0]["extensions"]["code"] == "FORBIDDEN", body
+    assert callers["all"].data(query, {"w": W}) == {"breakEven": []}
 
 
 def test_a_project_token_costs_only_its_project(callers: dict[str, Caller]) -> None:
