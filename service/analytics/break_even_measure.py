@@ -160,8 +160,10 @@ BilledKey = tuple[str | None, str | None, str | None, str, str]
 
 def billed_rates(conn: Connection, q: LedgerQuery) -> dict[BilledKey, Billed]:
     """Cloud GPU-hours of ``q``'s window (no filter: the renting side is the whole account's) whose
-    cost came from the bills — effective cost, commitments and discounts included (docs/design.md §4)."""
-    src = LedgerQuery(q.window, access=q.access).source(per_device=True)
+    cost came from the bills — effective cost, commitments and discounts included (docs/design.md §4).
+    From the hourly rows: a daily rollup row keeps one rate source for a day that has several (the
+    edge of a bill's coverage), which would count or drop that day's other hours."""
+    src = LedgerQuery(q.window, rollup=False, access=q.access).source(per_device=True)
     keys = (src.c.provider, src.c.instance_type, src.c.region, src.c.gpu_model, src.c.currency)
     stmt = (
         select(*keys, src.c.day_index, money_sum(src.c.cost), hours(src.c.present_s, src))

@@ -231,7 +231,11 @@ def test_scoped_callers_and_hostile_arguments(engine: Engine, put: Put, planning
 
 
 def test_whole_days_read_the_daily_rollup_alike(engine: Engine, put: Put, planning: Planning) -> None:
-    put([*owned(), *fx()])
+    # The billed instance's day also has an hour priced by a rate card (the edge of the bill's
+    # coverage): the daily rollup keeps one rate source for the day, the bills' rate must not care.
+    card = {"environment": "aws", "provider": "aws", "region": "us-east-1", "instance_type": "p5e.48xlarge",
+            "gpu_model": "NVIDIA H200", "rate_source": "rate_card:p5e"}  # fmt: skip
+    put([*owned(), *billed(), row(5, "i-1/gpu0", "", cost="100", **card), *fx()])
     day = LedgerQuery(Window(D0, D0 + dt.timedelta(days=1)), access=Access.all())
     assert answer(engine, planning, day) == answer(engine, planning)
 
