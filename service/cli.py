@@ -667,3 +667,4 @@ def tokens_revoke(
 
 import service.prune_cli  # noqa: E402, F401  (registers `gpu-ledger prune`; imports app from here)
 import service.reporting.cli  # noqa: E402, F401  (registers `gpu-ledger reporting`; imports app from here)
+import service.reports_cli  # noqa: E402, F401  (registers `gpu-ledger report`; imports app from here)

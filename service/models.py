@@ -613,3 +613,17 @@ class AlertEvaluation(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True, sa_column_kwargs={"autoincrement": False})
     evaluated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
     evaluations: int = 0
+
+
+class ReportDelivery(SQLModel, table=True):
+    """A scheduled report claimed for one period (``[[reports]]``, service/reports/schedule.py): the
+    row is written before the e-mail is sent, so neither a restart nor a second scheduler sends a
+    period twice; ``sent_at`` is set once the relay accepted it."""
+
+    __tablename__ = "report_delivery"
+
+    name: str = Field(primary_key=True, max_length=100)
+    period: str = Field(primary_key=True, max_length=10)
+    claimed_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+    sent_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
+    recipients: int = 0

@@ -39,6 +39,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     [[sites]]        # service.pricing.tco.SiteConfig
     [[rate_cards]]   # service.pricing.rates.RateCardConfig
     [[fx_rates]]     # service.pricing.fx.FxRateConfig
+    [[reports]]      # service.reports.config.ReportSchedule: a report e-mailed once per month or week
     [[rent_options]]  # service.pricing.break_even.RentOptionConfig: 1y/3y/spot/on-demand rent prices
     [[instance_types]]  # service.billing.catalog.InstanceTypeConfig: GPUs per instance type
     instance_type = "p5.48xlarge"  # adds to (or replaces an entry of) the bundled catalog
@@ -95,6 +96,7 @@ from service.pricing.fx import FxRateConfig
 from service.pricing.price_catalog import load_price_catalog
 from service.pricing.rates import RateCardConfig
 from service.pricing.tco import SiteConfig
+from service.reports.config import ReportSchedule
 from service.urls import mask_url
 
 if TYPE_CHECKING:
@@ -120,6 +122,7 @@ TABLE_MODELS: dict[str, type[BaseModel]] = {
     "rate_cards": RateCardConfig,
     "fx_rates": FxRateConfig,
     "instance_types": InstanceTypeConfig,
+    "reports": ReportSchedule,
     "rent_options": RentOptionConfig,
 }
 
@@ -158,6 +161,8 @@ class Settings(BaseSettings):
     rate_cards: list[RateCardConfig] = Field(default_factory=list)
     fx_rates: list[FxRateConfig] = Field(default_factory=list)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=list)
+    # [[reports]]: reports e-mailed once per closed period (service/reports/config.py).
+    reports: list[ReportSchedule] = Field(default_factory=list)
     rent_options: list[RentOptionConfig] = Field(default_factory=list)
     # breakEven's public on-demand price catalog (service/pricing/price_catalog.py); None = bundled.
     price_catalog_path: Path | None = None
@@ -287,6 +292,15 @@ def unknown_env_warnings(env: Mapping[str, str]) -> list[str]:
     return messages
 
 
+def _check_reports(where: str, reports: list[ReportSchedule], has_smtp: bool) -> None:
+    names = [r.name for r in reports]
+    if len(set(names)) != len(names):
+        twice = sorted(n for n in set(names) if names.count(n) > 1)
+        raise ConfigError(f"{where}: [[reports]] names must be unique: {', '.join(twice)} twice")
+    if reports and not has_smtp:
+        raise ConfigError(f"{where}: [[reports]] are e-mailed: add an [smtp] table (service.notify.email)")
+
+
 def load_settings(config_path: str | Path | None = None, *, registry: Registry | None = None) -> Settings:
     """Settings from the environment over the config file over defaults.
 
@@ -319,6 +333,7 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     kwargs["answer_cache"] = _table(where, "answer_cache", AnswerCacheSettings, cache_table, env)
     if "smtp" in data or any(k.upper().startswith(f"{ENV_PREFIX}SMTP__") for k in env):
         kwargs["smtp"] = _table(where, "smtp", SmtpSettings, data.get("smtp", {}), env)
+    _check_reports(where, kwargs["reports"], kwargs.get("smtp") is not None)
     try:
         alert_tables = (data.get("alerts", []), data.get("alert_channels", []))
         kwargs["alerts"], kwargs["alert_channels"] = parse_alert_tables(
