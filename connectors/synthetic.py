@@ -29,7 +29,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import polars as pl
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from connectors.sdk import (
     MEASURED_METRICS,
@@ -76,6 +76,14 @@ class SyntheticConfig(ConnectorConfig):
 
     ``seed`` fixes every random choice; ``period_s`` is the sample period in seconds; ``scale``
     multiplies the nodes of every pool (benchmarks; incidents stay on the first copy).
+
+    ``growth_pct_per_week`` (default 0: the fleet never changes) makes the fleet grow by that much
+    a week, compounded, up to ``growth_until`` (required with it), when every device is there: the
+    fleet's N devices, ranked by a stable hash of their ids, get ``u = (rank + ½) / N`` and come
+    online at ``growth_until + ln(u) / ln(1 + g)`` weeks, so the devices present ``k`` weeks before
+    ``growth_until`` are ``(1 + g)^-k`` of the fleet to within one device — a known growth of the
+    GPUs present and held (the forecast's backtest). Before its onset a device sends nothing; its
+    workloads run as they would have.
     """
 
     name: str = "synthetic"
@@ -83,6 +91,16 @@ class SyntheticConfig(ConnectorConfig):
     seed: int = Field(42, ge=0)
     period_s: float = Field(60.0, ge=1.0, le=3600.0)
     scale: int = Field(1, ge=1, le=1000)
+    growth_pct_per_week: float = Field(0.0, ge=0.0, le=100.0)
+    growth_until: dt.datetime | None = None
+
+    @model_validator(mode="after")
+    def _growth_has_an_end(self) -> SyntheticConfig:
+        if self.growth_pct_per_week > 0 and self.growth_until is None:
+            raise ValueError("growth_pct_per_week needs growth_until: the instant every node is online")
+        if self.growth_until is not None and self.growth_until.tzinfo is None:
+            raise ValueError("growth_until needs a timezone (UTC: …Z)")
+        return self
 
 
 # --- counter-based randomness -----------------------------------------------------------------
@@ -189,9 +207,30 @@ class _PoolCycle:
     reset_block: np.ndarray
     mem_total_b: np.ndarray  # float64
     temp_c_per_w: np.ndarray
+    onset_ms: np.ndarray  # int64 per device: no samples before (growth; ALWAYS without)
 
 
-def _pool_cycle(specs: list[DeviceSpec], seed: int, schedules: dict[tuple[str, int], Schedule]) -> _PoolCycle:
+ALWAYS = int(np.iinfo(np.int64).min)
+
+
+def onsets_ms(config: SyntheticConfig, device_ids: list[str]) -> dict[str, int]:
+    """When each device comes online under the config's growth (see :class:`SyntheticConfig`)."""
+    g = config.growth_pct_per_week / 100.0
+    if g <= 0 or config.growth_until is None:
+        return dict.fromkeys(device_ids, ALWAYS)
+    ranked = sorted(device_ids, key=lambda d: digest("growth", d))
+    u = (np.arange(len(ranked)) + 0.5) / len(ranked)
+    weeks = np.log(u) / np.log1p(g)
+    until = to_ms(config.growth_until)
+    return {d: until + int(w * 7 * DAY_MS) for d, w in zip(ranked, weeks.tolist(), strict=True)}
+
+
+def _pool_cycle(
+    specs: list[DeviceSpec],
+    seed: int,
+    schedules: dict[tuple[str, int], Schedule],
+    onsets: np.ndarray | None = None,
+) -> _PoolCycle:
     n = len(specs)
     keys = np.array([_device_key(seed, s.info.device_id) for s in specs], dtype=np.uint64)
     shape = (n, CYCLE_BLOCKS)
@@ -246,6 +285,7 @@ def _pool_cycle(specs: list[DeviceSpec], seed: int, schedules: dict[tuple[str, i
         reset_block=per_device("reset_block", np.int64),
         mem_total_b=per_device("mem_total_b"),
         temp_c_per_w=per_device("temp_c_per_w"),
+        onset_ms=np.full(n, ALWAYS, np.int64) if onsets is None else onsets,
     )
 
 
@@ -303,7 +343,11 @@ class SyntheticConnector:
         pools: dict[str, list[DeviceSpec]] = {}
         for spec in self._specs:
             pools.setdefault(spec.pool, []).append(spec)
-        return [_pool_cycle(specs, seed, schedules) for specs in pools.values()]
+        onsets = onsets_ms(self.config, [s.info.device_id for s in self._specs])
+        return [
+            _pool_cycle(specs, seed, schedules, np.array([onsets[s.info.device_id] for s in specs]))
+            for specs in pools.values()
+        ]
 
     def _batch(self, pool: _PoolCycle, rows: range, lo: int, hi: int) -> SampleBatch | None:
         """Samples of the pool's devices ``rows`` in ``[lo, hi)`` ms, which lies inside one UTC day."""
@@ -313,7 +357,8 @@ class SyntheticConnector:
         ts = slot[None, :] * period + offset[:, None]
         blk = (ts // BLOCK_MS) % CYCLE_BLOCKS
         flat = np.arange(rows.start, rows.stop)[:, None] * CYCLE_BLOCKS + blk  # into (device, block) arrays
-        d, s = np.nonzero((ts >= lo) & (ts < hi) & np.take(pool.present, flat))
+        online = ts >= pool.onset_ms[rows.start : rows.stop, None]
+        d, s = np.nonzero((ts >= lo) & (ts < hi) & np.take(pool.present, flat) & online)
         if d.size == 0:
             return None
         ts, blk, flat, slot = ts[d, s], blk[d, s], flat[d, s], slot[s]

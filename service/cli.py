@@ -665,6 +665,7 @@ def tokens_revoke(
     typer.echo(f'revoked token "{info.name}" at {_when(info.revoked_at)}')
 
 
+import service.forecast_cli  # noqa: E402, F401  (registers `gpu-ledger forecast`; imports app from here)
 import service.prune_cli  # noqa: E402, F401  (registers `gpu-ledger prune`; imports app from here)
 import service.reporting.cli  # noqa: E402, F401  (registers `gpu-ledger reporting`; imports app from here)
 import service.reports_cli  # noqa: E402, F401  (registers `gpu-ledger report`; imports app from here)

@@ -10,8 +10,9 @@ GPUs a job could be moved between). For each UTC hour and pool, from the ledger:
 ``allocated_gpus`` never exceeds ``installed_gpus`` (a GPU-second is held or not), so "allocated
 ≥ installed" is an hour with no free GPU-second in the pool: every GPU held all hour. That is
 the queueing signal — more work would have waited — which a planner reads as "buy" (or rent).
-With ``threshold_pct`` < 100 an hour counts when allocated ≥ threshold % of installed. A tolerance
-of :data:`TOLERANCE_GPU_S` GPU-seconds absorbs the ledger's microsecond rounding.
+With ``threshold_pct`` (``allocationPct`` in the API) below 100 an hour counts when allocated ≥
+that % of installed. A tolerance of :data:`TOLERANCE_GPU_S` GPU-seconds absorbs the ledger's
+microsecond rounding.
 
 The hourly figures come from the group rollups (``ledger_group_hour``: pools × hours rows); a
 period of the answer sums its hours, counts the saturated ones and keeps the peaks. Installed
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import polars as pl
 from sqlalchemy import Connection, Float, case, cast, func, select
 
 from service.analytics.dims import Dimension, Granularity
@@ -73,7 +75,7 @@ def check_pool(group_by: Sequence[Dimension], threshold_pct: float) -> None:
             f"a capacity pool is a set of GPUs: group by device dimensions, not {', '.join(workload)}"
         )
     if not (math.isfinite(threshold_pct) and 0 < threshold_pct <= 100):
-        raise InvalidArgument(f"thresholdPct must be in (0, 100], not {threshold_pct}")
+        raise InvalidArgument(f"allocationPct must be in (0, 100], not {threshold_pct}")
 
 
 @collector_paused
@@ -130,3 +132,40 @@ def demand_capacity(
             map(int, c["saturated_hours"]),
         )
     )
+
+
+#: The export's measure columns (after ``period_start`` and the pool's dimensions).
+CAPACITY_COLUMNS: tuple[str, ...] = (
+    "hours",
+    "installed_gpu_hours",
+    "allocated_gpu_hours",
+    "allocated_pct",
+    "peak_installed_gpus",
+    "peak_allocated_gpus",
+    "saturated_hours",
+    "allocation_pct_threshold",
+)
+
+
+def capacity_frame(
+    conn: Connection, q: LedgerQuery, threshold_pct: float = 100.0, *, page: Page = WHOLE
+) -> pl.DataFrame:
+    """:func:`demand_capacity` as columns: ``period_start``, one per pool dimension, then
+    :data:`CAPACITY_COLUMNS` (pools × periods rows: small, built from the rows)."""
+    rows = demand_capacity(conn, q, threshold_pct, page=page)
+    columns: dict[str, pl.Series] = {
+        "period_start": pl.Series([r.key.period_start for r in rows], dtype=pl.Datetime("us", "UTC")),
+    }
+    for i, d in enumerate(q.group_by):
+        columns[d.name.lower()] = pl.Series([r.key.dims[i][1] for r in rows], dtype=pl.String)
+    columns |= {
+        "hours": pl.Series([r.hours for r in rows], dtype=pl.Int64),
+        "installed_gpu_hours": pl.Series([r.installed_gpu_hours for r in rows], dtype=pl.Float64),
+        "allocated_gpu_hours": pl.Series([r.allocated_gpu_hours for r in rows], dtype=pl.Float64),
+        "allocated_pct": pl.Series([r.allocated_pct for r in rows], dtype=pl.Float64),
+        "peak_installed_gpus": pl.Series([r.peak_installed_gpus for r in rows], dtype=pl.Float64),
+        "peak_allocated_gpus": pl.Series([r.peak_allocated_gpus for r in rows], dtype=pl.Float64),
+        "saturated_hours": pl.Series([r.saturated_hours for r in rows], dtype=pl.Int64),
+        "allocation_pct_threshold": pl.Series([threshold_pct] * len(rows), dtype=pl.Float64),
+    }
+    return pl.DataFrame(columns)

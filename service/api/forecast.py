@@ -175,7 +175,7 @@ def _group(f: forecast_q.Forecast, g: forecast_q.GroupForecast) -> GroupForecast
 @strawberry.type(
     description="GPUs held against GPUs installed in one period and pool. Installed = Σ present "
     "GPU-seconds ÷ 3600 per hour (MIG slices by their fraction); allocated = the same over time a "
-    "workload held. An hour is saturated when allocated ≥ thresholdPct % of installed: no free GPU "
+    "workload held. An hour is saturated when allocated ≥ allocationPct % of installed: no free GPU "
     "(the queueing signal that says buy)."
 )
 class CapacityRow(LedgerBucket):
@@ -185,7 +185,9 @@ class CapacityRow(LedgerBucket):
     allocated_pct: float | None = strawberry.field(description="allocated ÷ installed GPU-hours × 100.")
     peak_installed_gpus: float = strawberry.field(description="Largest hourly installed GPUs.")
     peak_allocated_gpus: float = strawberry.field(description="Largest hourly allocated GPUs.")
-    saturated_hours: int = strawberry.field(description="Hours with allocated ≥ thresholdPct % of installed.")
+    saturated_hours: int = strawberry.field(
+        description="Hours with allocated ≥ allocationPct % of installed."
+    )
 
     @classmethod
     def page(cls, rows: Sequence[capacity_q.CapacityRow], cursors: Sequence[str]) -> list[CapacityRow]:
@@ -282,7 +284,7 @@ class ForecastQuery:
             ),
         ] = (Dimension.ENVIRONMENT, Dimension.GPU_MODEL),
         filter: FILTER = None,  # noqa: A002
-        threshold_pct: Annotated[
+        allocation_pct: Annotated[
             float,
             strawberry.argument(
                 description="An hour is saturated when allocated ≥ this % of installed (0 < x ≤ 100)."
@@ -293,8 +295,8 @@ class ForecastQuery:
     ) -> list[CapacityRow]:
         ctx = info.context
         q = ledger_query(ctx.settings, window, granularity, group_by, filter, access=ctx.access)
-        capacity_q.check_pool(q.group_by, threshold_pct)
+        capacity_q.check_pool(q.group_by, allocation_pct)
         ctx.access.require_everything("installed capacity")
-        page = ledger_page(ctx.settings, "demandCapacity", q, first, after, threshold_pct)
-        rows = await ctx.read(lambda conn: capacity_q.demand_capacity(conn, q, threshold_pct, page=page))
+        page = ledger_page(ctx.settings, "demandCapacity", q, first, after, allocation_pct)
+        rows = await ctx.read(lambda conn: capacity_q.demand_capacity(conn, q, allocation_pct, page=page))
         return CapacityRow.page(rows, page.key_cursors(r.key.order for r in rows))

@@ -106,9 +106,9 @@ def test_capacity_is_account_wide(engine: Engine, ledger: None) -> None:
     ("threshold", "group_by", "error"),
     [
         (100.0, (Dimension.PROJECT,), "device dimensions, not PROJECT"),
-        (0.0, POOL, "thresholdPct"),
-        (100.5, POOL, "thresholdPct"),
-        (float("nan"), POOL, "thresholdPct"),
+        (0.0, POOL, "allocationPct"),
+        (100.5, POOL, "allocationPct"),
+        (float("nan"), POOL, "allocationPct"),
     ],
 )
 def test_refusals(engine: Engine, threshold: float, group_by: tuple[Dimension, ...], error: str) -> None:

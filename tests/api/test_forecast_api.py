@@ -33,7 +33,7 @@ FORECAST = """query($w: TimeWindow!, $h: Int!, $g: [Dimension!]!, $c: String, $l
       cost { currency model total { amount currency } points { value { amount currency }
              intervals { levelPct lower { amount } upper { amount } } } } } } }"""
 CAPACITY = """query($w: TimeWindow!, $g: Granularity!, $t: Float!) {
-  demandCapacity(window: $w, granularity: $g, thresholdPct: $t) {
+  demandCapacity(window: $w, granularity: $g, allocationPct: $t) {
     periodStart environment gpuModel hours installedGpuHours allocatedGpuHours allocatedPct
     peakInstalledGpus peakAllocatedGpus saturatedHours cursor } }"""
 
