@@ -214,6 +214,7 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors", "dataQuality"}
     walked.add("heatmap")
     walked.add("breakEven")  # account-wide: FORBIDDEN below
+    walked |= {"forecast", "demandCapacity"}  # the scope's groups only; capacity FORBIDDEN below
     assert set(roots) == walked, f"walk the new root field(s) {set(roots) - walked} in this test"
     assert "PROJECT" in dims and "TEAM" in dims and len(policies) >= 3
 
@@ -282,6 +283,19 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
         body = callers[name].post(query, {"w": W})
         assert body["data"] is None and body["errors"][0]["extensions"]["code"] == "FORBIDDEN", body
     assert callers["all"].data(query, {"w": W}) == {"breakEven": []}
+    # forecast: the scope's own groups only (a week of history: it fits whole days);
+    # demandCapacity counts every project's GPUs as installed: account-wide, FORBIDDEN.
+    week = {"start": at(0).isoformat(), "end": at(24 * 7).isoformat()}
+    query = """query($w: TimeWindow!) { forecast(window: $w, horizonDays: 2, groupBy: [PROJECT, TEAM]) {
+        groups { project team gpuHours { total } cost { total { amount currency } } } } }"""
+    for name in ("alpha", "web"):
+        groups = callers[name].data(query, {"w": week})["forecast"]["groups"]
+        assert groups and all(_allowed(name, g["project"], g["team"]) for g in groups), (name, groups)
+    query = "query($w: TimeWindow!) { demandCapacity(window: $w) { environment saturatedHours } }"
+    for name in ("alpha", "web"):
+        body = callers[name].post(query, {"w": W})
+        assert body["data"] is None and body["errors"][0]["extensions"]["code"] == "FORBIDDEN", body
+    assert callers["all"].data(query, {"w": W})["demandCapacity"]
 
 
 def test_a_project_token_costs_only_its_project(callers: dict[str, Caller]) -> None:
