@@ -214,6 +214,7 @@ def test_every_root_field_is_walked(callers: dict[str, Caller]) -> None:
     walked = {*AGGREGATES, "devices", "reconciliation", "billingLines", "rates", "connectors", "dataQuality"}
     walked.add("heatmap")
     walked.add("breakEven")  # account-wide: FORBIDDEN below
+    walked |= {"alerts", "alertHistory"}  # walked caller by caller in tests/alerts/test_alerts_scope.py
     walked |= {"forecast", "demandCapacity"}  # the scope's groups only; capacity FORBIDDEN below
     assert set(roots) == walked, f"walk the new root field(s) {set(roots) - walked} in this test"
     assert "PROJECT" in dims and "TEAM" in dims and len(policies) >= 3
