@@ -31,6 +31,7 @@ OPTIONS = {
     "focusVersion": "--focus-version",
     "allocationPct": "--allocation-pct",
     "utilizationPct": "--utilization-pct",
+    "timeZone": "--time-zone",
 }
 
 
@@ -38,7 +39,8 @@ def export_command(
     question: Annotated[
         str,
         typer.Argument(
-            help="usage, cost, idle-waste, effective-cost, break-even or focus.", show_default=False
+            help="usage, cost, idle-waste, effective-cost, break-even, heatmap or focus.",
+            show_default=False,
         ),
     ],
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset, a whole UTC hour.")],
@@ -80,7 +82,8 @@ def export_command(
         ),
     ] = None,
     currency: Annotated[
-        str | None, typer.Option(help="cost: convert to this ISO 4217 currency.", show_default=False)
+        str | None,
+        typer.Option(help="Money answers: convert to this ISO 4217 currency.", show_default=False),
     ] = None,
     threshold_pct: Annotated[
         str | None, typer.Option("--threshold-pct", help="idle-waste: idle below this %.", show_default=False)
@@ -106,6 +109,10 @@ def export_command(
             "--utilization-pct", help="break-even: what if busy this % of allocated time.", show_default=False
         ),
     ] = None,
+    time_zone: Annotated[
+        str | None,
+        typer.Option("--time-zone", help="heatmap: IANA time zone (e.g. Europe/Berlin).", show_default=False),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
@@ -126,6 +133,7 @@ def export_command(
         "focusVersion": focus_version,
         "allocationPct": allocation_pct,
         "utilizationPct": utilization_pct,
+        "timeZone": time_zone,
     }
     params.update({k: [v] for k, v in given.items() if v is not None})
     if group_by is not None:

@@ -8,11 +8,13 @@ column expressions that mirror the row classes' properties. Same rows, same orde
 floats are the same doubles (unrounded: the API rounds them for display), money is exact
 ``Decimal(38, 9)``, metric names are the domain's (``sm_active``), period starts UTC instants.
 
-Two answers keep a Python step, because it *is* their definition:
+These answers keep a Python step, because it *is* their definition:
 
 * ``cost`` under a SHARE policy or with currency conversion: pools are shared and amounts
   converted by :func:`~service.analytics.cost.cost` (largest-remainder allocation in ``Decimal``);
   its rows become the frame. Under SEPARATE without conversion the frame is read column-wise.
+* ``idle_waste`` and ``effective_cost`` with currency conversion: their rows, converted per day
+  and folded in Python (:func:`~service.analytics.fx.convert_day_buckets`), become the frame.
 * ``effective_cost``'s per-hour prices: ``Decimal`` division rounded half-even, per group (the
   answer is never bucketed by period, so it has one row per group and currency).
 """
@@ -27,9 +29,9 @@ import polars as pl
 from service.analytics import device_hours, frames
 from service.analytics.cost import CostRow, cost, part_measures
 from service.analytics.dims import IdlePolicy
-from service.analytics.effective import effective_measures, per_gpu_hour
+from service.analytics.effective import effective_cost, effective_measures, per_gpu_hour
 from service.analytics.fx import NO_CURRENCY
-from service.analytics.idle import _idle_plan, idle_measures, streak_select
+from service.analytics.idle import _idle_plan, idle_measures, idle_waste, streak_select
 from service.analytics.paging import WHOLE, Page
 from service.analytics.query import PERIOD, LedgerQuery, grouped_select
 from service.analytics.usage import answer_measures, metric_columns
@@ -85,11 +87,19 @@ def idle_frame(
     ledger_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
     page: Page = WHOLE,
     streak: bool = True,
+    currency: str | None = None,
 ) -> pl.DataFrame:
     """:func:`~service.analytics.idle.idle_waste` as columns: ``period_start``, the grouped
     dimensions, ``currency``, ``idle_gpu_hours``, ``idle_cost``, ``allocated_idle_gpu_hours``,
     ``allocated_idle_cost``, ``unallocated_idle_gpu_hours``, ``unallocated_idle_cost``,
-    ``longest_idle_streak_hours`` (null unless ``streak``), ``metric``."""
+    ``longest_idle_streak_hours`` (null unless ``streak``), ``metric``. With ``currency`` the
+    answer's rows (converted in Python by ``idle_waste``) become the frame."""
+    if currency is not None:
+        rows = idle_waste(
+            conn, q, metric, threshold_pct, ledger_threshold_pct=ledger_threshold_pct, page=page,
+            streak=streak, currency=currency,
+        )  # fmt: skip
+        return rows_frame(rows, q, IDLE_ROW_COLUMNS)
     buckets = _idle_plan(metric, threshold_pct, ledger_threshold_pct)
     src, measures = idle_measures(q, metric, buckets, conn.dialect.name)
     raw = frames.read_frame(conn, grouped_select(src, q, measures, [src.c.currency.label("currency")]), page)
@@ -126,13 +136,18 @@ def _with_streaks(raw: pl.DataFrame, runs: pl.DataFrame, q: LedgerQuery) -> pl.D
 
 
 def effective_frame(
-    conn: Any, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE
+    conn: Any, q: LedgerQuery, metric: str | None = None, *, page: Page = WHOLE, currency: str | None = None
 ) -> pl.DataFrame:
     """:func:`~service.analytics.effective.effective_cost` as columns: ``period_start`` (null), the
     grouped dimensions, ``currency``, ``gpu_hours``, ``effective_gpu_hours``, ``cost``,
-    ``cost_per_gpu_hour``, ``cost_per_effective_gpu_hour``, ``metric``."""
-    src, measures, currency = effective_measures(q, metric)
-    raw = frames.read_frame(conn, grouped_select(src, q, measures, [currency]), page)
+    ``cost_per_gpu_hour``, ``cost_per_effective_gpu_hour``, ``metric``. With ``currency`` the
+    answer's rows (converted in Python by ``effective_cost``) become the frame."""
+    if currency is not None:
+        return rows_frame(
+            effective_cost(conn, q, metric, page=page, currency=currency), q, EFFECTIVE_ROW_COLUMNS
+        )
+    src, measures, currency_key = effective_measures(q, metric)
+    raw = frames.read_frame(conn, grouped_select(src, q, measures, [currency_key]), page)
     raw = raw.with_columns(currency_column())
     costs, cur = raw["cost"].to_list(), raw["currency"].to_list()
 
@@ -212,5 +227,45 @@ def _cost_rows_frame(rows: Sequence[CostRow], q: LedgerQuery) -> pl.DataFrame:
             column("unpriced_gpu_hours", pl.Float64),
             column("rate_source", pl.String),
             column("unallocated", pl.Boolean),
+        ]
+    )
+
+
+#: (column, polars type, attribute) of a converted idle-waste row (:func:`rows_frame`).
+IDLE_ROW_COLUMNS = (
+    ("currency", pl.String, "currency"),
+    ("idle_gpu_hours", pl.Float64, "idle_gpu_hours"),
+    ("idle_cost", frames.MONEY, "idle_cost"),
+    ("allocated_idle_gpu_hours", pl.Float64, "allocated_idle_gpu_hours"),
+    ("allocated_idle_cost", frames.MONEY, "allocated_idle_cost"),
+    ("unallocated_idle_gpu_hours", pl.Float64, "unallocated_idle_gpu_hours"),
+    ("unallocated_idle_cost", frames.MONEY, "unallocated_idle_cost"),
+    (STREAK, pl.Int64, "longest_idle_streak_hours"),
+    ("metric", pl.String, "metric"),
+)
+#: The same for a converted effective-cost row.
+EFFECTIVE_ROW_COLUMNS = (
+    ("currency", pl.String, "currency"),
+    ("gpu_hours", pl.Float64, "gpu_hours"),
+    ("effective_gpu_hours", pl.Float64, "effective_gpu_hours"),
+    ("cost", frames.MONEY, "cost"),
+    ("cost_per_gpu_hour", frames.MONEY, "cost_per_gpu_hour"),
+    ("cost_per_effective_gpu_hour", frames.MONEY, "cost_per_effective_gpu_hour"),
+    ("metric", pl.String, "metric"),
+)
+
+
+def rows_frame(rows: Sequence[Any], q: LedgerQuery, columns: Sequence[tuple[str, Any, str]]) -> pl.DataFrame:
+    """Answer rows computed in Python (converted answers) as a frame: ``period_start``, the grouped
+    dimensions, then ``columns`` read from each row's attributes."""
+    dims = [pl.Series(d.name.lower(), [r.key.value(d) for r in rows], dtype=pl.String) for d in q.group_by]
+    return pl.DataFrame(
+        [
+            pl.Series(frames.PERIOD_START, [r.key.period_start for r in rows], dtype=frames.INSTANT),
+            *dims,
+            *(
+                pl.Series(name, [getattr(r, attr) for r in rows], dtype=dtype)
+                for name, dtype, attr in columns
+            ),
         ]
     )

@@ -40,6 +40,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import polars as pl
 from sqlalchemy import ColumnElement, Connection, case, literal, select
 
 from service.analytics.dims import Granularity, metric_label
@@ -237,3 +238,50 @@ def _cells(
             )
         )
     return out
+
+
+#: The columns of :func:`heatmap_frame` (an export row is one cell in one currency).
+COLUMNS = (
+    "hour_of_week",
+    "weekday",
+    "hour",
+    "window_hours",
+    "currency",
+    "gpu_hours",
+    "observed_gpu_hours",
+    "effective_gpu_hours",
+    "utilization_pct",
+    "allocated_gpu_hours",
+    "allocated_pct",
+    "idle_gpu_hours",
+    "idle_cost",
+    "metric",
+)
+
+
+def heatmap_frame(cells: list[HeatmapCell]) -> pl.DataFrame:
+    """The cells as columns: one row per cell and currency (a cell without ledger time: one row,
+    currency and idle cost null), ratios as the cells compute them, metric upper-case."""
+    rows = [(c, cur, amount) for c in cells for cur, amount in (c.idle_cost.items() or [(None, None)])]
+
+    def column(name: str, dtype: Any, values: list[Any]) -> pl.Series:
+        return pl.Series(name, values, dtype=dtype)
+
+    return pl.DataFrame(
+        [
+            column("hour_of_week", pl.Int64, [c.hour_of_week for c, _, _ in rows]),
+            column("weekday", pl.Int64, [c.weekday for c, _, _ in rows]),
+            column("hour", pl.Int64, [c.hour for c, _, _ in rows]),
+            column("window_hours", pl.Int64, [c.window_hours for c, _, _ in rows]),
+            column("currency", pl.String, [cur for _, cur, _ in rows]),
+            column("gpu_hours", pl.Float64, [c.gpu_hours for c, _, _ in rows]),
+            column("observed_gpu_hours", pl.Float64, [c.observed_gpu_hours for c, _, _ in rows]),
+            column("effective_gpu_hours", pl.Float64, [c.effective_gpu_hours for c, _, _ in rows]),
+            column("utilization_pct", pl.Float64, [c.utilization_pct for c, _, _ in rows]),
+            column("allocated_gpu_hours", pl.Float64, [c.allocated_observed_gpu_hours for c, _, _ in rows]),
+            column("allocated_pct", pl.Float64, [c.allocated_pct for c, _, _ in rows]),
+            column("idle_gpu_hours", pl.Float64, [c.idle_gpu_hours for c, _, _ in rows]),
+            column("idle_cost", pl.Decimal(38, 9), [amount for _, _, amount in rows]),
+            column("metric", pl.String, [None if c.metric is None else c.metric.upper() for c, _, _ in rows]),
+        ]
+    )

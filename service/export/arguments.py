@@ -83,6 +83,7 @@ QUESTION_PARAMETERS = frozenset(
         "focusVersion",
         "allocationPct",
         "utilizationPct",
+        "timeZone",
     }
 )
 
@@ -103,6 +104,8 @@ class ExportArgs:
     #: break-even: the what-if allocation and utilization, percent (checked by the question).
     allocation_pct: float | None = None
     utilization_pct: float | None = None
+    #: heatmap: the IANA time zone, as given (checked by the question).
+    time_zone: str | None = None
 
 
 def parse_args(question: Question, params: Params, *, access: Access, max_window_days: int) -> ExportArgs:
@@ -135,6 +138,7 @@ def parse_args(question: Question, params: Params, *, access: Access, max_window
         focus_version=_one(params, "focusVersion"),
         allocation_pct=_number(params, "allocationPct", None),
         utilization_pct=_number(params, "utilizationPct", None),
+        time_zone=_one(params, "timeZone"),
     )
 
 

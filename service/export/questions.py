@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 import polars as pl
 from sqlalchemy import Connection
 
-from service.analytics import break_even, capacity, columnar
+from service.analytics import break_even, columnar
 from service.analytics.dims import Dimension
 from service.analytics.errors import QueryError
 from service.analytics.frames import PERIOD_START
+from service.analytics.heatmap import COLUMNS as HEATMAP_COLUMNS
+from service.analytics.heatmap import heatmap, heatmap_frame, zone_of
 from service.analytics.paging import Page, ResultTooLarge
 from service.export.arguments import QUESTION_PARAMETERS, ExportArgs, ParameterError
 from service.export.formats import Format
@@ -139,6 +141,7 @@ def _idle(conn: Connection, args: ExportArgs, page: Page, context: ExportContext
         page=page,
         # The streak is most of this answer's cost: only when its column is written.
         streak=args.fields is None or columnar.STREAK in args.fields,
+        currency=args.currency,
     )
     return _upper_metric(frame).with_columns(
         pl.lit(args.threshold_pct, dtype=pl.Float64).alias("threshold_pct")
@@ -146,7 +149,8 @@ def _idle(conn: Connection, args: ExportArgs, page: Page, context: ExportContext
 
 
 def _effective(conn: Connection, args: ExportArgs, page: Page, _context: ExportContext) -> pl.DataFrame:
-    return _upper_metric(columnar.effective_frame(conn, args.query, args.metric, page=page))
+    frame = columnar.effective_frame(conn, args.query, args.metric, page=page, currency=args.currency)
+    return _upper_metric(frame)
 
 
 USAGE = register(
@@ -179,7 +183,7 @@ IDLE_WASTE = register(
     Question(
         "idle-waste",
         "idleWaste",
-        frozenset({"granularity", "metric", "thresholdPct"}),
+        frozenset({"granularity", "metric", "thresholdPct", "currency"}),
         (
             "currency",
             "idle_gpu_hours",
@@ -199,7 +203,7 @@ EFFECTIVE_COST = register(
     Question(
         "effective-cost",
         "effectiveCost",
-        frozenset({"metric"}),
+        frozenset({"metric", "currency"}),
         (
             "currency",
             "gpu_hours",
@@ -240,24 +244,36 @@ BREAK_EVEN = register(
 )
 
 
-def _demand_capacity(conn: Connection, args: ExportArgs, page: Page, _context: ExportContext) -> pl.DataFrame:
-    pct = 100.0 if args.allocation_pct is None else args.allocation_pct
-    try:
-        capacity.check_pool(args.query.group_by, pct)
-    except QueryError as exc:
+def _heatmap(conn: Connection, args: ExportArgs, _page: Page, context: ExportContext) -> pl.DataFrame:
+    if args.query.group_by:
+        raise ParameterError("groupBy", "heatmap rows are the 168 hours of the week: leave groupBy out")
+    if args.time_zone is None:
         raise ParameterError(
-            "groupBy" if "dimensions" in exc.message else "allocationPct", exc.message
-        ) from None
-    return capacity.capacity_frame(conn, args.query, pct, page=page)
+            "timeZone", "timeZone is required: an IANA time zone such as Europe/Berlin or UTC"
+        )
+    try:
+        zone_of(args.time_zone)
+    except QueryError as exc:
+        raise ParameterError("timeZone", exc.message) from None
+    cells = heatmap(
+        conn,
+        args.query,
+        args.time_zone,
+        args.metric,
+        args.threshold_pct,
+        args.currency,
+        ledger_threshold_pct=context.ledger_threshold_pct,
+    )
+    frame = heatmap_frame(cells)
+    return frame.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias(PERIOD_START))
 
 
-DEMAND_CAPACITY = register(
+HEATMAP = register(
     Question(
-        "demand-capacity",
-        "demandCapacity",
-        frozenset({"granularity", "allocationPct"}),
-        capacity.CAPACITY_COLUMNS,
-        _demand_capacity,
-        default_group_by=capacity.DEFAULT_POOL,
+        "heatmap",
+        "heatmap",
+        frozenset({"metric", "thresholdPct", "currency", "timeZone"}),
+        HEATMAP_COLUMNS,
+        _heatmap,
     )
 )

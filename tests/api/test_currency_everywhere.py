@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Gql, serve
+from api.conftest import Gql, serve
 from ledger_rows import at, row
 from sqlalchemy import Engine, delete
 

@@ -35,6 +35,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("effectiveCost", {}),
     ("effectiveCost", {"groupBy": ["PROJECT", "GPU_MODEL"], "metric": "GPU_UTIL"}),
     ("effectiveCost", {"groupBy": [], "filter": {"project": ["llm-pretrain", "nobody"]}}),
+    ("idleWaste", {"granularity": "DAY", "groupBy": ["ENVIRONMENT"], "currency": "USD"}),
+    ("effectiveCost", {"groupBy": ["ENVIRONMENT", "GPU_MODEL"], "currency": "USD"}),
 ]
 
 
