@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
@@ -16,14 +15,6 @@ class PricingError(Exception):
 
 class PricingConfigError(PricingError):
     """The operator's pricing configuration is inconsistent (fail at start, fix the config)."""
-
-
-class MissingFxRate(PricingError):
-    """No FX rate for a currency pair on a day. Never replaced by a silent 1.0."""
-
-    def __init__(self, base: str, quote: str, day: dt.date) -> None:
-        self.base, self.quote, self.day = base, quote, day
-        super().__init__(f"no FX rate {base}→{quote} for {day.isoformat()}; add it to [[fx_rates]]")
 
 
 def _upper(value: Any) -> Any:

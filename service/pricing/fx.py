@@ -1,27 +1,24 @@
-"""FX: the operator-maintained exchange-rate table (docs/design.md §4).
+"""FX: the operator-maintained exchange-rate table (docs/design.md §4): its ``[[fx_rates]]`` config
+entries and their sync into ``fx_rate``.
 
-``1 base = rate quote`` on ``day``. A conversion uses the rate of that exact day: the direct pair,
-else the inverse of the opposite pair. A missing rate raises :class:`MissingFxRate` naming the pair
-and the day; it is never replaced by 1.0.
+``1 base = rate quote`` on ``day``. Conversions read the table through one class,
+:class:`service.analytics.fx.FxTable` (the rate of that exact day: the direct pair, else the inverse
+of the opposite pair; a missing rate is MISSING_FX_RATE naming the pair and the day, never 1.0).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
-from decimal import Decimal, localcontext
+from collections.abc import Sequence
+from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlmodel import Session, select
 
 from service.models import FxRate
-from service.money import quantize
-from service.pricing.common import Currency, MissingFxRate, PricingConfigError
-from service.timeutil import as_utc
+from service.pricing.common import Currency, PricingConfigError
 
-__all__ = ["FxRateConfig", "FxTable", "MissingFxRate", "sync_fx_rates"]
-
-_INVERSE_DIGITS = 28
+__all__ = ["FxRateConfig", "sync_fx_rates"]
 
 
 class FxRateConfig(BaseModel):
@@ -63,53 +60,3 @@ def sync_fx_rates(session: Session, rates: Sequence[FxRateConfig]) -> int:
             session.add(row)
     session.flush()
     return len(wanted)
-
-
-class FxTable:
-    """Exchange rates by (base, quote, day), in memory. Build with ``FxTable(rates)`` or
-    :meth:`from_session`."""
-
-    def __init__(self, rates: Iterable[FxRateConfig | FxRate] = ()) -> None:
-        self._rates: dict[tuple[str, str, dt.date], Decimal] = {
-            (r.base, r.quote, r.day): Decimal(r.rate) for r in rates
-        }
-
-    @classmethod
-    def from_session(cls, session: Session) -> FxTable:
-        return cls(session.exec(select(FxRate)).all())
-
-    def __len__(self) -> int:
-        return len(self._rates)
-
-    def _lookup(self, base: str, quote: str, day: dt.date | dt.datetime) -> tuple[Decimal, bool]:
-        """(rate, inverted): inverted means ``rate`` is quote→base and must be divided by."""
-        if isinstance(day, dt.datetime):
-            day = as_utc(day).date()
-        base, quote = base.upper(), quote.upper()
-        if base == quote:
-            return Decimal(1), False
-        direct = self._rates.get((base, quote, day))
-        if direct is not None:
-            return direct, False
-        opposite = self._rates.get((quote, base, day))
-        if opposite is not None:
-            return opposite, True
-        raise MissingFxRate(base, quote, day)
-
-    def rate(self, base: str, quote: str, day: dt.date | dt.datetime) -> Decimal:
-        """1 ``base`` in ``quote`` on ``day``; an inverse is computed to 28 significant digits."""
-        rate, inverted = self._lookup(base, quote, day)
-        if not inverted:
-            return rate
-        with localcontext() as ctx:
-            ctx.prec = _INVERSE_DIGITS
-            return Decimal(1) / rate
-
-    def convert(self, amount: Decimal, base: str, quote: str, day: dt.date | dt.datetime) -> Decimal:
-        """``amount`` of ``base`` in ``quote``, rounded half-even to 1e-9 once (an inverse rate is
-        divided by, not multiplied by its rounded reciprocal)."""
-        rate, inverted = self._lookup(base, quote, day)
-        with localcontext() as ctx:
-            ctx.prec = 50
-            exact = amount / rate if inverted else amount * rate
-            return quantize(exact)

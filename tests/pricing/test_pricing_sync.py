@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 from sqlmodel import Session, SQLModel, create_engine, select
 
+from service.analytics.fx import FxTable, day_index_of
 from service.models import FxRate, GpuRate
 from service.pricing import (
     FxRateConfig,
-    FxTable,
     PriceBook,
     PricingConfigError,
     RateCardConfig,
@@ -21,7 +21,7 @@ from service.pricing import (
     sync_fx_rates,
     sync_rate_cards,
 )
-from service.timeutil import UTC, hour_start
+from service.timeutil import hour_start
 
 H = 490_000
 T0 = hour_start(H)
@@ -107,10 +107,11 @@ def test_sync_fx_rates_upserts(session: Session) -> None:
     assert [(r.base, r.quote, r.day, r.rate) for r in rows] == [
         ("EUR", "USD", day, Decimal("1.0815")), ("GBP", "USD", day, Decimal("1.27")),
     ]  # fmt: skip
-    table = FxTable.from_session(session)
-    assert table.convert(Decimal(100), "EUR", "USD", day) == Decimal("108.15")
-    assert table.convert(Decimal(100), "EUR", "USD", dt.datetime(2026, 11, 2, 23, 59, tzinfo=UTC)) == Decimal(
-        "108.15"
+    # The one FxTable reads the synced rates.
+    table = FxTable(session.connection(), "USD", {"EUR", "GBP"}, [day_index_of(day)])
+    assert (table.rate("EUR", day_index_of(day)), table.rate("GBP", day_index_of(day))) == (
+        Decimal("1.0815"),
+        Decimal("1.27"),
     )
 
 
