@@ -759,7 +759,8 @@ def _optional_number(checks: Checks, column: str, refuse: pl.Expr | None) -> pl.
     ``refuse`` holds (the row's money is made of it); elsewhere the row is kept, the value null, and
     the finding ``not_a_number`` counted."""
     text = pl.col(column).str.strip_chars()
-    text = pl.when(text.is_in(["NaN", "nan", "NAN"])).then(pl.lit("")).otherwise(text)
+    # the trimmed text is computed once (a column), not again in each rule that reads it
+    text = checks.value(pl.when(text.is_in(["NaN", "nan", "NAN"])).then(pl.lit("")).otherwise(text))
     value = checks.value(_number(text))
     bad = (text != "") & text.is_not_null() & value.is_null()
     kept = bad
@@ -774,7 +775,9 @@ def _with_keys(good: pl.DataFrame, line_id: pl.Expr, columns: list[str]) -> pl.D
     """``good`` with ``_key``: ``<line item id>:<usage start>``; a row without a line item id is
     keyed by ``sha1:`` of its fields (the same record gives the same key in every import, and a
     record repeated in the file is still refused as a duplicate). Python per such row only."""
-    keyed = good.with_columns((line_id + ":" + pl.col("_start").dt.strftime(_ISO)).alias("_key"))
+    # the start as text once per distinct hour (strftime per row was a tenth of the mapping's time)
+    keyed = _by_distinct(good, "_start", {"_start_text": pl.col("_start").dt.strftime(_ISO)})
+    keyed = keyed.with_columns((line_id + ":" + pl.col("_start_text")).alias("_key")).drop("_start_text")
     without = keyed.filter(pl.col("_key").is_null())
     if without.is_empty():
         return keyed
@@ -794,7 +797,6 @@ def _normalize(
     driver's to refuse.
     ``period``: the file's billing period when its path or manifest names one; else each row's
     ``bill_billing_period_*`` bounds its usage dates."""
-    col = layout.col
     file_columns = [x for x in frame.columns if x != LINE]
     for optional in OPTIONAL:  # absent optional columns: null text under their CUR 2.0 name
         if optional not in layout.names and optional not in frame.columns:
@@ -804,8 +806,10 @@ def _normalize(
     n = names.__getitem__
 
     checks = Checks(file, money=_number(c(n("line_item_unblended_cost"))), provider=pl.lit("aws"))
-    kind = _kind(c(n("line_item_line_item_type")))
     kind_column = n("line_item_line_item_type")
+    # A function of the column alone, with a handful of values: computed once per distinct type and
+    # read as a column by every rule and mapping below (each inline copy cost a regex pass per row).
+    kind = checks.value(_kind(c(kind_column)), of=kind_column)
     checks.flag(
         kind_column,
         "unknown_value",
@@ -894,35 +898,70 @@ def _normalize(
         "_unblended": unblended,
         "_public": public,
         "_tags": tags,
+        "_kind": kind,
         **{f"_{k}": v for k, v in money.items()},
     }
     good, refused, findings = checks.split(frame, parsed)
+    return Split(_lines(good, layout, file, file_columns, kind_column), refused, findings)
 
-    usage_type = _text(col("line_item_usage_type"))
+
+def _by_distinct(frame: pl.DataFrame, column: str, exprs: dict[str, pl.Expr]) -> pl.DataFrame:
+    """``frame`` with ``exprs`` (functions of ``column`` alone) computed once per distinct value of
+    it and joined back: a usage type or a product map has tens of values in a chunk."""
+    distinct = frame.select(pl.col(column).unique()).with_columns(**exprs)
+    return frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
+
+
+def _lines(
+    good: pl.DataFrame, layout: _Layout, file: str, file_columns: list[str], kind_column: str
+) -> pl.DataFrame:
+    """The rows that passed the checks (``_kind``, ``_start``… computed) → billing lines.
+
+    Every intermediate a mapping reads more than once is a column first (computed once), and what
+    depends on one low-cardinality column (usage type, product map) once per distinct value."""
+    col = layout.col
+    c = pl.col
+    kind = c("_kind")
+    usage_name = layout.names.get("line_item_usage_type", "line_item_usage_type")
+    product_name = layout.names.get("product", "product")
+    usage_type = _text(c(usage_name))
     base_type = usage_type.str.replace(_REGION_PREFIX, "")
-    from_usage = base_type.str.extract(_INSTANCE_USAGE + r"([a-z0-9][a-z0-9\-]*\.[a-z0-9\-]+)$", 1)
+    good = _by_distinct(
+        good,
+        usage_name,
+        {
+            "_from_usage": base_type.str.extract(_INSTANCE_USAGE + r"([a-z0-9][a-z0-9\-]*\.[a-z0-9\-]+)$", 1),
+            "_spot": base_type.str.starts_with("SpotUsage:"),
+        },
+    )
+    from_usage, spot = c("_from_usage"), c("_spot")
     # The product map as a JSON object (a Parquet map arrives as key/value pairs); its fields are
     # read once per distinct map (every value of a canonical map is text).
-    product_text = good.select(col("product").alias("p")).to_series()
+    product_text = good.select(c(product_name).alias("p")).to_series()
     products = {k: json.loads(v) for k, v in _canonical_tags(product_text).items() if v is not None}
 
     def product_field(key: str) -> pl.Expr:
         values = {text: fields[key] for text, fields in products.items() if key in fields}
-        return col("product").replace_strict(values, default=None, return_dtype=pl.String)
+        return c(product_name).replace_strict(values, default=None, return_dtype=pl.String)
 
-    instance_type = pl.coalesce(
-        _text(col("product_instance_type")),
-        product_field("instance_type"),
-        from_usage,
+    good = good.with_columns(
+        pl.coalesce(
+            _text(col("product_instance_type")),
+            product_field("instance_type"),
+            from_usage,
+        ).alias("_instance_type"),
+        pl.coalesce(_text(col("product_gpu")), product_field("gpu"))
+        .cast(pl.Int32, strict=False)
+        .alias("_gpus"),
     )
-    gpus = pl.coalesce(_text(col("product_gpu")), product_field("gpu")).cast(pl.Int32, strict=False)
-    gpu_count = pl.when(instance_type.is_not_null() & (gpus > 0)).then(gpus)
+    instance_type, gpus = c("_instance_type"), c("_gpus")
+    good = good.with_columns(pl.when(instance_type.is_not_null() & (gpus > 0)).then(gpus).alias("_gpu_count"))
+    gpu_count = c("_gpu_count")
     # an unknown line item type is booked as an adjustment: its money is on the invoice, and its
     # meaning (usage? a fee?) is not known, so it prices no GPU-hour and no commitment
     category = kind.replace_strict(CATEGORY, default=None, return_dtype=pl.String).fill_null(
         ChargeCategory.ADJUSTMENT.value
     )
-    spot = base_type.str.starts_with("SpotUsage:")
     pricing = (
         pl.when((kind == USAGE) & spot.fill_null(False))
         .then(pl.lit(PricingModel.SPOT.value))
@@ -955,6 +994,7 @@ def _normalize(
         .otherwise(c("_unblended"))
         .cast(MONEY)
     )
+    usage_line = kind.is_in(_USAGE_TYPES).fill_null(False)
     listed = pl.when(c("_public").is_not_null()).then(c("_public")).when(~usage_line).then(zero).cast(MONEY)
     unit = _text(col("pricing_unit"))
     in_hours = unit.str.to_lowercase().is_in(["hrs", "hr", "hours", "hour"]).fill_null(False)
@@ -999,4 +1039,4 @@ def _normalize(
         c("_currency").alias("currency"),
         c("_tags").alias("tags"),
     )
-    return Split(lines, refused, findings)
+    return lines

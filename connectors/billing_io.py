@@ -200,6 +200,11 @@ _NAN_LITERALS = ("NaN", "nan", "NAN")
 def null_literals(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with every text cell that is a null literal (:data:`NULL_LITERALS`) made empty."""
     text = [c for c, t in frame.schema.items() if t == pl.String and c not in (LINE, "line_key")]
+    if not text or frame.is_empty():
+        return frame
+    # rewritten only where one is (most columns of most chunks hold none): a rewrite copies the column
+    hits = frame.select(pl.col(text).is_in(NULL_LITERALS).any()).row(0)
+    text = [c for c, hit in zip(text, hits, strict=True) if hit]
     if not text:
         return frame
     return frame.with_columns(

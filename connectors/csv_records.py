@@ -85,16 +85,14 @@ def scan(
     """Cut ``chunk`` (whole lines, the first one numbered ``first_line``) into records of
     ``len(columns)`` fields. ``final``: the stream ends with this chunk (a field still open at its
     end is truncated); else a record still open at the end is left for the next chunk."""
-    raw = chunk.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()
+    count = chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1)  # lines
     width = len(columns)
     decoded = chunk.decode("utf-8", errors="replace")
     # Staged, each regex pass once: quoted fields become one mark (their separators, quotes and
     # newlines no longer count); a quote left after that is an odd or misplaced one.
-    lines = pl.DataFrame({"s": decoded.split("\n")[: len(raw)]}, schema={"s": pl.String}).select(
-        pl.col("s").str.strip_suffix("\r")
-    )
+    lines = pl.DataFrame({"s": decoded.split("\n")[:count]}, schema={"s": pl.String})
+    if "\r" in decoded:
+        lines = lines.select(pl.col("s").str.strip_suffix("\r"))
     marked = lines.select(pl.col("s").str.replace_all(_QUOTED, _MARK).alias("m"))
     not_sep = f"[^{_class(separator)}]"
     shapes = pl.concat([lines, marked], how="horizontal").select(
@@ -103,18 +101,22 @@ def scan(
         pl.col("m").str.contains(f'"|{not_sep}{_MARK}|{_MARK}{not_sep}').alias("quoting"),
         (pl.col("m").str.count_matches(separator, literal=True) + 1).alias("fields"),
     )
+    odd_lines = shapes.filter(
+        pl.col("blank") | pl.col("quoting") | ~pl.col("fields").is_in([width, width - 1])
+    )
+    del lines, marked, shapes
+    # the lines as bytes only where a line needs a look of its own (or its key): a well-formed
+    # chunk without keys is passed on whole
+    raw = chunk.split(b"\n")[:count] if keys or not odd_lines.is_empty() else []
     special = [
         (i, blank, raw[i].count(b'"') % 2 == 1 if quoting else False, quoting, fields)
-        for i, blank, quoting, fields in shapes.filter(
-            pl.col("blank") | pl.col("quoting") | ~pl.col("fields").is_in([width, width - 1])
-        ).iter_rows()
+        for i, blank, quoting, fields in odd_lines.iter_rows()
     ]
-    del lines, marked, shapes
     out = Records(body=b"", lines=[], keys={} if keys else None, consumed=len(chunk))
     bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
     if not special:
         out.body = chunk
-        out.lines = list(range(first_line, first_line + len(raw)))
+        out.lines = list(range(first_line, first_line + count))
         out.undecodable = {first_line + i for i in bad_bytes}
         if keys:
             out.keys = {first_line + i: _key(r.rstrip(b"\r")) for i, r in enumerate(raw)}

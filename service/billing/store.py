@@ -247,7 +247,7 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
         )
         bulk.insert_tuples(conn, "billing_line", frame)
     elif dialect == "postgresql":
-        bulk.copy_csv(conn, "billing_line", frame.with_columns(bulk.pg_time(c) for c in _TIMES))
+        bulk.copy_csv(conn, "billing_line", _pg_times(frame))
     else:
         conn.execute(insert(_LINES), frame.to_dicts())
     return frame.height
@@ -424,6 +424,18 @@ def copy_lines(conn: Connection, unit: UnitTable, source: str, lines: pl.DataFra
     if lines.is_empty():
         return 0
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
-    frame = frame.with_columns(bulk.pg_time(c) for c in _TIMES)
-    bulk.copy_csv_into(conn, unit.name, frame)
+    bulk.copy_csv_into(conn, unit.name, _pg_times(frame))
     return frame.height
+
+
+def _pg_times(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its times as ``timestamptz`` input text, formatted once per distinct instant
+    (a bill's lines share a few hundred hours; formatting every row was a tenth of the import's CPU)."""
+    for column in _TIMES:
+        distinct = frame.select(pl.col(column).unique()).with_columns(bulk.pg_time(column).alias("_text"))
+        frame = (
+            frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
+            .with_columns(pl.col("_text").alias(column))
+            .drop("_text")
+        )
+    return frame
