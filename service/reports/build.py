@@ -12,7 +12,9 @@ account-wide). Every figure comes from one of:
 * :func:`service.analytics.usage.usage`: GPU-hours and effective GPU-hours (per environment × GPU
   model for the effective cost, per project);
 * :func:`service.analytics.idle.idle_waste`: idle GPU-hours allocated vs unallocated, per workload;
-* :func:`service.billing.reconcile.reconcile`: the reconciliation summary (account-wide reports).
+* :func:`service.billing.reconcile.reconcile`: the reconciliation summary (account-wide reports;
+  converted like the rest when a currency was asked for), and one SUM over the ledger's
+  unmonitored-spend rows (in their own currencies).
 
 Each is one SQL GROUP BY over the rollups; Python only adds up their few buckets. Money is
 ``Decimal`` throughout.
@@ -291,7 +293,9 @@ def build_report(
         top_idle=_top_idle(conn, window, access, target, converted, top_n, ledger_threshold_pct),
         trend=_trend(conn, period, access, target, converted),
         reconciliation=(
-            _reconciliation(conn, window, tolerance_pct, gpu_cost_share) if scope.account_wide else None
+            _reconciliation(conn, window, tolerance_pct, gpu_cost_share, target if converted else None)
+            if scope.account_wide
+            else None
         ),
         notes=notes,
     )
@@ -411,7 +415,7 @@ def _trend(conn: Connection, period: Period, access: Access, target: str | None,
 
 
 def _reconciliation(
-    conn: Connection, window: Window, tolerance_pct: Decimal, gpu_cost_share: Decimal
+    conn: Connection, window: Window, tolerance_pct: Decimal, gpu_cost_share: Decimal, currency: str | None
 ) -> Reconciliation:
     rows = reconcile(
         conn,
@@ -420,6 +424,7 @@ def _reconciliation(
         tolerance_pct=tolerance_pct,
         gpu_cost_share=gpu_cost_share,
         access=ALL,
+        currency=currency,
     )
     grouped: dict[tuple[str, str], list[ReconRow]] = defaultdict(list)
     for r in rows:

@@ -50,14 +50,14 @@ class DataValues(HTMLParser):
             self._row = None
 
 
-def _report(url: str, tmp_path: Path, fmt: str, *args: str) -> str:
+def _report(url: str, tmp_path: Path, fmt: str, *args: str, period: str = "2026-11") -> str:
     config = tmp_path / "ledger.toml"
     config.write_text(f'database_url = "{url}"\n')
     out = tmp_path / f"report.{fmt}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_LEDGER_")}
     # The EUR rates live in the database (synced from the fixture's settings), not in this config.
     result = CliRunner(env=env).invoke(
-        app, ["report", "--period", "2026-11", "--output", str(out), "--config", str(config), *args]
+        app, ["report", "--period", period, "--output", str(out), "--config", str(config), *args]
     )
     assert result.exit_code == 0, result.output
     return out.read_text(encoding="utf-8")
@@ -69,8 +69,13 @@ def gql(november: Engine, november_url: str) -> Any:
     client = TestClient(create_app(demo_settings(november_url), november))
     client.__enter__()
 
-    def ask(currency: str | None = None, flt: dict[str, Any] | None = None, group: list[str] = ()) -> Any:  # type: ignore[assignment]
-        variables = {"w": WINDOW, "f": flt, "c": currency, "g": list(group)}
+    def ask(
+        currency: str | None = None,
+        flt: dict[str, Any] | None = None,
+        group: tuple[str, ...] = (),
+        window: dict[str, str] = WINDOW,
+    ) -> Any:
+        variables = {"w": window, "f": flt, "c": currency, "g": list(group)}
         reply = client.post(
             "/graphql",
             json={"query": COST, "variables": variables},
@@ -116,12 +121,15 @@ def test_account_totals_equal_cost(currency: str | None, november_url: str, gql:
     assert Decimal(page.by_id["trend-total"]) == total
     assert _csv_value(rows, "total", "cost") == total
     assert {r["currency"] for r in rows if r["section"] == "total"} == {currency or "USD"}
+    # The month's bills are reconciled, in the report's currency too.
+    assert {r["status"] for r in rows if r["section"] == "reconciliation"} >= {"MATCHED", "UNMONITORED_SPEND"}
+    assert {r["currency"] for r in rows if r["section"] == "reconciliation"} == {currency or "USD"}
     # The daily trend adds up to the same total (each day converted at its own rate).
     daily = [Decimal(r["value"]) for r in rows if r["section"] == "daily" and r["measure"] == "cost"]
     assert len(daily) == 30 and sum(daily) == total
 
     # Per project, both files against cost grouped by PROJECT (the unallocated pool its own row).
-    by_project = gql(currency, group=["PROJECT"])
+    by_project = gql(currency, group=("PROJECT",))
     expected: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for r in by_project:
         key = (r["project"] or "", "true" if r["unallocated"] else "false")
@@ -136,8 +144,19 @@ def test_account_totals_equal_cost(currency: str | None, november_url: str, gql:
     assert from_csv == dict(expected)
 
 
+def test_a_week_equals_cost_of_that_week(november_url: str, gql: Any, tmp_path: Path) -> None:
+    week = {"start": "2026-11-16T00:00:00+00:00", "end": "2026-11-23T00:00:00+00:00"}  # 2026-W47
+    expected = _total(gql(window=week), "USD")
+    rows = _csv(_report(november_url, tmp_path, "csv", period="2026-W47"))
+    assert _csv_value(rows, "total", "cost") == expected
+    assert [r["day"] for r in rows if r["section"] == "daily" and r["measure"] == "cost"] == [
+        f"2026-11-{d}" for d in range(16, 23)
+    ]
+    assert {r["status"] for r in rows if r["section"] == "previous_period"} == {"2026-W46"}
+
+
 def test_project_reports_equal_cost_of_that_project(november_url: str, gql: Any, tmp_path: Path) -> None:
-    projects = sorted({r["project"] for r in gql(group=["PROJECT"]) if r["project"]})
+    projects = sorted({r["project"] for r in gql(group=("PROJECT",)) if r["project"]})
     assert len(projects) >= 4
     for project in projects[:3]:
         expected = _total(gql(flt={"project": [project]}), "USD")
