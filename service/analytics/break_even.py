@@ -31,10 +31,14 @@ from service.pricing.break_even import (
     money,
     pct,
     same_gpu,
+    share_of,
     weighted_mean,
 )
 from service.pricing.common import PricingConfigError
 from service.pricing.tco import SiteConfig, match_site
+
+#: The smallest what-if allocation (percentages are kept to 1e-6, shares to 1e-8).
+MIN_PCT = 0.000001
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,10 @@ class WhatIf:
                 continue
             if not 0 <= value <= 100:  # NaN fails too
                 raise _argument(name, f"{name} {value!r} must be a percentage from 0 to 100")
-        if self.allocation_pct == 0:
+        if self.allocation_pct is not None and self.allocation_pct < MIN_PCT:
             raise _argument(
-                "allocationPct", "allocationPct must be above 0: owning has no hour in use at 0 %"
+                "allocationPct",
+                f"allocationPct must be at least {MIN_PCT:g}: owning has no hour in use at 0 %",
             )
 
 
@@ -105,7 +110,13 @@ def _exact(value: float) -> Fraction:
 
 
 def _share(part: float, whole: float) -> Fraction | None:
-    return _exact(part) / _exact(whole) if whole > 0 else None
+    return share_of(_exact(part) / _exact(whole)) if whole > 0 else None
+
+
+def _used(pct: float | None, measured: Fraction | None) -> Fraction:
+    if pct is not None:
+        return share_of(_exact(pct) / 100)
+    return measured or Fraction(0)
 
 
 def _pct_float(share: Fraction | None) -> float | None:
@@ -195,6 +206,8 @@ def break_even_rows(
     """The answer (module docstring). ``q``: window, filter (of the owned GPUs) and access."""
     q.access.require_everything("breakEven")
     what_if.check()
+    if any("\x00" in v for values in q.filter.values.values() for v in values):
+        raise InvalidArgument("filter values may not contain NUL characters")  # PostgreSQL refuses them
     workload = [d.name for d, values in q.filter.values.items() if values and d.is_workload]
     if workload or q.filter.unallocated is not None:
         named = ", ".join(workload) or "UNALLOCATED"
@@ -242,16 +255,7 @@ def _rows_of(
         raise QueryError(str(exc), code="CONFIGURATION_ERROR") from None
     measured_a = _share(o.allocated_gpu_hours, o.gpu_hours)
     measured_u = _share(o.allocated_busy_gpu_hours, o.allocated_observed_gpu_hours)
-    a = (
-        _exact(what_if.allocation_pct) / 100
-        if what_if.allocation_pct is not None
-        else measured_a or Fraction(0)
-    )
-    u = (
-        _exact(what_if.utilization_pct) / 100
-        if what_if.utilization_pct is not None
-        else measured_u or Fraction(0)
-    )
+    a, u = _used(what_if.allocation_pct, measured_a), _used(what_if.utilization_pct, measured_u)
     own_alloc = owning.per_allocated_gpu_hour(a, u)
     common = {
         "site": site.name,

@@ -26,12 +26,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.billing.catalog import InstanceCatalog
-from service.money import quantize
+from service.money import NANOS_PER_UNIT
 from service.pricing.common import Currency, PricingConfigError
 from service.pricing.price_catalog import PriceCatalog
 from service.pricing.tco import SiteConfig
 
 WH_PER_KWH = 1000
+SHARE_QUANTUM = 10**8
+#: The largest price per hour accepted from configuration (a sanity bound, not a market view).
+MAX_PRICE = Decimal(10**9)
 
 
 class RentOption(Enum):
@@ -77,8 +80,8 @@ class RentOptionConfig(BaseModel):
     instance_type: str | None = Field(default=None, min_length=1, max_length=100)
     gpu_model: str | None = Field(default=None, min_length=1, max_length=100)
     region: str | None = Field(default=None, min_length=1, max_length=100)
-    price_per_gpu_hour: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
-    price_per_instance_hour: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
+    price_per_gpu_hour: Decimal | None = Field(default=None, gt=0, le=MAX_PRICE, allow_inf_nan=False)
+    price_per_instance_hour: Decimal | None = Field(default=None, gt=0, le=MAX_PRICE, allow_inf_nan=False)
     currency: Currency
 
     @field_validator("provider")
@@ -248,10 +251,20 @@ def break_even(owning: Owning, rent_per_gpu_hour: Fraction, utilization: Fractio
 
 
 def money(value: Fraction | None) -> Decimal | None:
-    """A shown amount: rounded half-even to 1e-9 once."""
+    """A shown amount: rounded half-even to 1e-9 once, in integers (exact at any size: a decimal
+    context's 28 digits would refuse a large amount's nanos)."""
     if value is None:
         return None
-    return quantize(Decimal(value.numerator) / Decimal(value.denominator))
+    nanos, rest = divmod(value.numerator * NANOS_PER_UNIT, value.denominator)
+    if 2 * rest > value.denominator or (2 * rest == value.denominator and nanos % 2):
+        nanos += 1
+    return Decimal(f"{nanos}e-9")
+
+
+def share_of(value: Fraction) -> Fraction:
+    """A share kept to 1e-8 (percentages to the 1e-6 GraphQL shows), half-even: the answer is then
+    computed from the figures it shows, and a vanishing share is 0, never a 1e300 cost per hour."""
+    return Fraction(round(value * SHARE_QUANTUM), SHARE_QUANTUM)
 
 
 def pct(share: Fraction | None) -> Decimal | None:

@@ -24,6 +24,8 @@ CATALOG_FILE = "price_catalog.csv"
 COLUMNS = ("provider", "instance_type", "region", "price_per_instance_hour", "currency", "as_of", "source")
 _HEADER = re.compile(r"version\s+(?P<version>\S+)\s+\((?P<date>\d{4}-\d{2}-\d{2})\)")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
+#: The largest price per instance-hour accepted (a sanity bound against a typo's extra digits).
+MAX_PRICE = Decimal(10**9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +76,8 @@ def parse_catalog(text: str, where: str) -> PriceCatalog:
             price = Decimal(price_text)
         except InvalidOperation:
             raise PricingConfigError(f"{where} line {n}: price {price_text!r} is not a number") from None
-        if not price.is_finite() or price <= 0:
-            raise PricingConfigError(f"{where} line {n}: price must be a positive number")
+        if not price.is_finite() or not 0 < price <= MAX_PRICE:
+            raise PricingConfigError(f"{where} line {n}: price must be a positive number up to {MAX_PRICE}")
         if not _CURRENCY.match(currency):
             raise PricingConfigError(f"{where} line {n}: currency {currency!r} is not an ISO 4217 code")
         key = (provider.lower(), instance_type.lower(), region.lower())

@@ -33,6 +33,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import client, serve
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ledger_rows import D0, at, row
 from sqlalchemy import Engine
 from typer.testing import CliRunner
@@ -126,6 +128,42 @@ def test_hostile_arguments_are_named_errors(base: str, variables: dict[str, Any]
     body = client(base)(QUERY, {"w": W, **variables})
     assert body["data"] is None
     assert [e["extensions"]["code"] for e in body["errors"]] == [code], body
+
+
+pcts = (
+    st.none()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0.0, 1e-300, 5e-324, 100.0])
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    a=pcts,
+    u=pcts,
+    c=st.none() | st.sampled_from(["USD", "eur", "XXX", "ZZZ", ""]) | st.text(max_size=8),
+    models=st.lists(st.text(max_size=20), max_size=3),
+)
+def test_any_arguments_answer_or_name_the_error(
+    base: str, a: float | None, u: float | None, c: str | None, models: list[str]
+) -> None:
+    query = f"""query($w: TimeWindow!, $a: Float, $u: Float, $c: String, $m: [String!]) {{
+        breakEven(window: $w, allocationPct: $a, utilizationPct: $u, currency: $c, filter: {{gpuModel: $m}})
+        {{ {FIELDS} }} }}"""
+    r = httpx.post(
+        f"{base}/graphql",
+        json={"query": query, "variables": {"w": W, "a": a, "u": u, "c": c, "m": models}},
+        timeout=30,
+    )
+    assert r.status_code < 500 and "Traceback" not in r.text, r.text
+    body = r.json()
+    codes = {e["extensions"]["code"] for e in body.get("errors", [])}
+    assert codes <= {"INVALID_ARGUMENT", "UNKNOWN_CURRENCY", "MISSING_FX_RATE"}, body
+    for row_ in (body.get("data") or {}).get("breakEven") or []:
+        assert (
+            row_["ownCostPerAllocatedGpuHour"] is None
+            or len(row_["ownCostPerAllocatedGpuHour"]["amount"]) < 30
+        )
 
 
 def test_the_export_equals_the_graphql_answer(base: str) -> None:
