@@ -193,3 +193,23 @@ def test_demand_capacity_is_forbidden_to_scoped_tokens(callers: dict[str, Caller
         assert body["data"] is None
         (error,) = body["errors"]
         assert error["extensions"]["code"] == "FORBIDDEN"
+
+
+def test_demand_capacity_export_over_http(callers: dict[str, Caller]) -> None:
+    params = {"start": W["start"], "end": W["end"], "granularity": "TOTAL", "allocationPct": "50"}
+    url = f"{callers['all'].base}/export/demand-capacity.csv"
+    r = httpx.get(
+        url, params=params, headers={"Authorization": f"Bearer {callers['all'].secret}"}, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    header, line = r.text.strip().splitlines()
+    assert header.split(",")[:4] == ["period_start", "environment", "gpu_model", "hours"]
+    assert line.split(",")[-2:] == [str(24 * DAYS - 6 * 12), "50.0"]
+    scoped = httpx.get(url, params=params, headers={"Authorization": f"Bearer {callers['alpha'].secret}"})
+    assert scoped.status_code == 403 and "FORBIDDEN" in scoped.text
+    bad = httpx.get(
+        url,
+        params=params | {"groupBy": "PROJECT"},
+        headers={"Authorization": f"Bearer {callers['all'].secret}"},
+    )
+    assert bad.status_code == 400 and "groupBy" in bad.text and "Traceback" not in bad.text
