@@ -9,6 +9,7 @@ usually are its secret (Slack's ``/services/T…/B…/…``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,24 @@ from service.notify import NotifyError
 USER_AGENT = "gpu-ledger-alerts"
 MAX_BACKOFF_S = 30.0
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class _RedactWebhookUrls(logging.Filter):
+    """httpx logs every request's full URL at INFO ("HTTP Request: POST https://…"): for a webhook
+    that is its secret. Records naming a URL this module posts to show :func:`safe_target` instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.urls and isinstance(record.args, tuple):
+            record.args = tuple(safe_target(str(a)) if str(a) in self.urls else a for a in record.args)
+        return True
+
+
+_REDACT = _RedactWebhookUrls()
+logging.getLogger("httpx").addFilter(_REDACT)
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ def post_json(
     body = orjson.dumps(document)
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
     target = safe_target(url)
+    _REDACT.urls.add(str(httpx.URL(url)))
     own = client is None
     http = client or httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False)
     last = ""

@@ -76,3 +76,10 @@ def test_a_receiver_that_never_answers_times_out() -> None:
         port = listener.getsockname()[1]
         with pytest.raises(NotifyError, match=r"no answer within 0\.3 s \(after 1 attempt"):
             post_json(f"http://127.0.0.1:{port}/", {}, timeout_s=0.3, retries=0)
+
+
+def test_httpx_request_log_shows_the_host_not_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    with http_receiver() as hooks, caplog.at_level("INFO", logger="httpx"):
+        post_json(hooks.base + SECRET, {}, retries=0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert lines == [f'HTTP Request: POST {hooks.base}/… "HTTP/1.0 200 OK"']
