@@ -23,6 +23,7 @@ from typer.core import TyperGroup, TyperOption
 
 from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
+from service.break_even_cli import break_even_command
 from service.cli_export import export_command
 from service.timeutil import ceil_hour, floor_hour, parse_utc
 
@@ -536,6 +537,7 @@ def agent_command(
 
 
 app.command("export")(export_command)  # service.cli_export
+app.command("break-even")(break_even_command)  # service.break_even_cli
 
 tokens_app = typer.Typer(
     help="API tokens: create (the secret is shown once), list, revoke.", no_args_is_help=True

@@ -306,3 +306,28 @@ def test_demo_fleet_break_even_per_model_and_option(engine: Engine) -> None:
     [h200] = [r for r in rows if r["gpuModel"] == "NVIDIA H200"]
     assert (h200["rateSource"], h200["option"], h200["breakEvenAllocationPct"]) == ("NONE", None, None)
     assert "no catalog price" in h200["rateSourceDetail"]
+
+
+def test_cli_table(engine: Engine, put: Put, tmp_path: Path) -> None:
+    put(hand_rows())
+    config = tmp_path / "ledger.toml"
+    config.write_text(
+        f'database_url = "{engine.url.render_as_string(hide_password=False)}"\n'
+        '[[sites]]\nname = "dc9"\nmatch_region = "dc9"\ncurrency = "USD"\n'
+        'capex_per_gpu = { H200 = "43800" }\n'
+        'amortization_years = "5"\nprice_per_kwh = "0.10"\npue = "1.5"\nopex_per_gpu_hour = "0.5"\n'
+        '[[rent_options]]\nname = "h200-3y"\nprovider = "aws"\ngpu_model = "NVIDIA H200"\noption = "3y"\n'
+        'price_per_gpu_hour = "2"\ncurrency = "USD"\n'
+    )
+    args = ["break-even", "--start", W["start"], "--end", W["end"], "--config", str(config)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "dc9 H200: allocation 50.0% (measured 50.0%)" in result.output
+    assert "COMMITMENT_3Y" in result.output and "77.20" in result.output and "3.0675" in result.output
+    assert "source: rent option h200-3y" in result.output
+    for bad, option in (
+        (["--utilization-pct", "101"], "--utilization-pct"),
+        (["--currency", "ZZZ"], "--currency"),
+    ):
+        failed = CliRunner().invoke(app, [*args, *bad])
+        assert failed.exit_code == 2 and option in failed.output and "Traceback" not in failed.output
