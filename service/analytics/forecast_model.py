@@ -6,6 +6,9 @@
 * ``7 <= n < 14``: **Holt's linear trend** (ETS(A,A,N)): one week says too little about a weekday
   pattern for 7 seasonal states plus level and trend.
 * ``n < 7``: :class:`HistoryTooShort`.
+* the smoother fails or gives a non-finite forecast (not seen in tests; numerical trouble must not
+  become a server error): **seasonal naive** — each day as the same weekday of the last week,
+  σ from the week-on-week differences, intervals widening with the number of weeks ahead.
 * a constant series (a fleet that never changed, a group with no cost): that constant, intervals
   of width 0 — a smoother would only add rounding noise to it.
 
@@ -41,6 +44,7 @@ MIN_DAYS = SEASON_DAYS
 HOLT_WINTERS = "HOLT_WINTERS_ADDITIVE_WEEKLY"
 HOLT_LINEAR = "HOLT_LINEAR_TREND"
 CONSTANT = "CONSTANT"
+SEASONAL_NAIVE = "SEASONAL_NAIVE"
 
 
 class HistoryTooShort(QueryError):
@@ -107,22 +111,41 @@ def forecast_series(
         seasonal_periods=SEASON_DAYS if seasonal else None,
         initialization_method="estimated",
     )
-    with warnings.catch_warnings():
-        # ConvergenceWarning on short or flat series: the least-squares fit is still the best found,
-        # and its residual variance widens the intervals accordingly.
-        warnings.simplefilter("ignore")
-        fit = model.fit(use_brute=False, method="least_squares")
-    params = fit.params
-    alpha = float(params["smoothing_level"])
-    beta = float(params["smoothing_trend"])
-    gamma = float(params["smoothing_seasonal"]) if seasonal else 0.0
-    # α, β*, γ, the initial level and trend, and the 7 initial seasonal states.
-    k = 5 + (SEASON_DAYS if seasonal else 0)
-    sse = float(fit.sse)
-    sigma = math.sqrt(sse / max(n - k, 1))
-    mean = np.asarray(fit.forecast(horizon), dtype=np.float64)
-    if not (np.isfinite(mean).all() and math.isfinite(sigma)):
-        raise ValueError("exponential smoothing gave a non-finite forecast")
+    try:
+        with warnings.catch_warnings():
+            # ConvergenceWarning on short or flat series: the least-squares fit is still the best
+            # found, and its residual variance widens the intervals accordingly.
+            warnings.simplefilter("ignore")
+            fit = model.fit(use_brute=False, method="least_squares")
+        params = fit.params
+        alpha = float(params["smoothing_level"])
+        beta = float(params["smoothing_trend"])
+        gamma = float(params["smoothing_seasonal"]) if seasonal else 0.0
+        # α, β*, γ, the initial level and trend, and the 7 initial seasonal states.
+        k = 5 + (SEASON_DAYS if seasonal else 0)
+        sigma = math.sqrt(float(fit.sse) / max(n - k, 1))
+        mean = np.asarray(fit.forecast(horizon), dtype=np.float64)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+        return seasonal_naive(y, horizon, levels)
+    if not (np.isfinite(mean).all() and math.isfinite(sigma) and math.isfinite(alpha + beta + gamma)):
+        return seasonal_naive(y, horizon, levels)
     c = _psi(alpha, beta, gamma, horizon, seasonal)
     bounds = _bounds(mean, sigma, c, levels)
     return SeriesForecast(HOLT_WINTERS if seasonal else HOLT_LINEAR, np.maximum(mean, 0.0), bounds, sigma)
+
+
+def seasonal_naive(y: np.ndarray, horizon: int, levels: Sequence[float]) -> SeriesForecast:
+    """Each day as the same weekday of the history's last week; σ of the week-on-week changes, the
+    h-step variance σ² × (weeks ahead), as for a random walk by weekday."""
+    if y.size < SEASON_DAYS:
+        raise HistoryTooShort(f"{y.size} days of history: the seasonal naive forecast needs a week")
+    h = np.arange(horizon)
+    mean = y[-SEASON_DAYS:][h % SEASON_DAYS]  # day n + h is the weekday of day n - 7 + h mod 7
+    diffs = y[SEASON_DAYS:] - y[:-SEASON_DAYS]
+    sigma = float(np.sqrt(np.mean(diffs**2))) if diffs.size else 0.0
+    sd = sigma * np.sqrt(h // SEASON_DAYS + 1.0)
+    bounds: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for level in levels:
+        z = NormalDist().inv_cdf(0.5 + level / 200.0)
+        bounds[level] = (np.maximum(mean - z * sd, 0.0), np.maximum(mean + z * sd, 0.0))
+    return SeriesForecast(SEASONAL_NAIVE, np.maximum(mean, 0.0), bounds, sigma)

@@ -35,8 +35,8 @@ from service.api.types import (
 from service.money import quantize
 
 MODEL = (
-    "HOLT_WINTERS_ADDITIVE_WEEKLY (≥ 14 days of history), HOLT_LINEAR_TREND (7–13 days) or CONSTANT "
-    "(a history that never changed): docs/forecast.md."
+    "HOLT_WINTERS_ADDITIVE_WEEKLY (≥ 14 days of history), HOLT_LINEAR_TREND (7–13 days), CONSTANT "
+    "(a history that never changed) or SEASONAL_NAIVE (the smoother failed): docs/forecast.md."
 )
 
 

@@ -18,6 +18,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ledger_rows import at, row
 from sqlalchemy import Engine
 
@@ -30,8 +32,10 @@ from service.analytics.forecast_model import (
     CONSTANT,
     HOLT_LINEAR,
     HOLT_WINTERS,
+    SEASONAL_NAIVE,
     HistoryTooShort,
     forecast_series,
+    seasonal_naive,
 )
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
@@ -234,3 +238,32 @@ def test_never_negative() -> None:
     y = np.maximum(50.0 - 5.0 * np.arange(21) + WEEK[np.arange(21) % 7], 0.0)
     f = forecast_series(y, 14, (95.0,))
     assert (f.mean >= 0).all() and (f.bounds[95.0][0] >= 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0, max_value=1e7, allow_nan=False), min_size=7, max_size=60),
+    st.integers(min_value=1, max_value=40),
+)
+def test_any_history_gives_ordered_finite_non_negative_bands(history: list[float], horizon: int) -> None:
+    f = forecast_series(history, horizon, (50.0, 80.0, 99.0))
+    assert f.mean.shape == (horizon,) and np.isfinite(f.mean).all() and (f.mean >= 0).all()
+    lo50, hi50 = f.bounds[50.0]
+    lo99, hi99 = f.bounds[99.0]
+    lo80, hi80 = f.bounds[80.0]
+    for a, b in ((lo99, lo80), (lo80, lo50), (lo50, f.mean), (f.mean, hi50), (hi50, hi80), (hi80, hi99)):
+        assert np.isfinite(a).all() and (a >= 0).all()
+        assert (a <= b * (1 + 1e-12) + 1e-9).all()
+
+
+def test_seasonal_naive_fallback_by_hand() -> None:
+    """Two weeks: week 2 = week 1 + 1 each day, so σ = 1; the forecast repeats week 2; the 95 %
+    interval of week 1 ahead is ± 1.959964 and of week 2 ahead ± 1.959964 × √2."""
+    week1 = np.array([10.0, 12, 8, 9, 11, 0, 0])
+    f = seasonal_naive(np.concatenate([week1, week1 + 1]), 9, (95.0,))
+    assert f.model == SEASONAL_NAIVE and f.sigma == 1.0
+    assert f.mean.tolist() == [11, 13, 9, 10, 12, 1, 1, 11, 13]
+    lo, hi = f.bounds[95.0]
+    assert hi[0] - f.mean[0] == pytest.approx(1.959964, abs=1e-6)
+    assert hi[7] - f.mean[7] == pytest.approx(1.959964 * 2**0.5, abs=1e-6)
+    assert lo[5] == 0.0  # 1 − 1.96 clipped at 0
