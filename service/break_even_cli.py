@@ -102,7 +102,7 @@ def break_even_command(
         engine.dispose()
     console = Console(width=200)
     if not rows:
-        console.print("no owned GPUs of a configured site ([[sites]]) in the window")
+        console.print("no owned GPUs of a configured site ([[sites]]) in the window", markup=False)
         return
     seen: set[tuple[str, str]] = set()
     table = Table(*COLUMNS)
@@ -114,7 +114,8 @@ def break_even_command(
                 f"(measured {r.measured_allocation_pct}%), utilization of allocated time "
                 f"{r.utilization_pct}% (measured {r.measured_utilization_pct}%, {r.metric.upper()}); "
                 f"owning {r.own_fixed} {r.currency}/h fixed + energy "
-                f"{r.own_idle_energy}–{r.own_busy_energy} ({r.energy_basis})"
+                f"{r.own_idle_energy}–{r.own_busy_energy} ({r.energy_basis})",
+                markup=False,
             )
         table.add_row(
             r.site, r.gpu_model, r.option or "-", r.rate_source, r.provider or "-", r.instance_type or "-",
@@ -125,4 +126,4 @@ def break_even_command(
         )  # fmt: skip
     console.print(table)
     for detail in dict.fromkeys(r.rate_source_detail for r in rows):
-        console.print(f"  source: {detail}")
+        console.print(f"  source: {detail}", markup=False)  # "[[rent_options]]" is not markup

@@ -325,6 +325,10 @@ def test_cli_table(engine: Engine, put: Put, tmp_path: Path) -> None:
     assert "dc9 H200: allocation 50.0% (measured 50.0%)" in result.output
     assert "COMMITMENT_3Y" in result.output and "77.20" in result.output and "3.0675" in result.output
     assert "source: rent option h200-3y" in result.output
+    bare = config.read_text().split("[[rent_options]]")[0]  # no option: the H200 has no price at all
+    config.write_text(bare)
+    unpriced = CliRunner().invoke(app, args)
+    assert "source: no catalog price, bill or [[rent_options]] entry for this GPU model" in unpriced.output
     for bad, option in (
         (["--utilization-pct", "101"], "--utilization-pct"),
         (["--currency", "ZZZ"], "--currency"),
