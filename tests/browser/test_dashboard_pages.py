@@ -214,6 +214,10 @@ def test_utilization(user: Any, live_server: LiveServer) -> None:
           project utilizationPct }""",
     )
     expected = hour_of_week(data["hourly"], zone)
+    heat_query = (
+        f'heat: heatmap(window: $w, filter: $f, timeZone: "{zone}") ' + "{ weekday hour utilizationPct }"
+    )
+    heat = {(c["weekday"] - 1, c["hour"]): c["utilizationPct"] for c in ask(live_server, heat_query)["heat"]}
     cells = user.eval_on_selector_all(
         '[data-chart="heatmap"] .hm-cell',
         "(cells) => cells.map((c) => [+c.dataset.day, +c.dataset.hour, c.dataset.value, c.textContent])",
@@ -224,7 +228,10 @@ def test_utilization(user: Any, live_server: LiveServer) -> None:
         if want is None:
             assert value == "" and text == "", (day, hour)
         else:
-            assert float(value) == pytest.approx(want, rel=1e-12), (day, hour)
+            # The page shows the API's heatmap exactly; want, folded here from the hourly rows
+            # (gpuHours × coveragePct, each rounded to 6 decimals by the API), agrees to that rounding.
+            assert float(value) == heat[(day, hour)], (day, hour)
+            assert float(value) == pytest.approx(want, rel=1e-5), (day, hour)
             assert text == f"{Decimal(float(value)).quantize(Decimal('1'), 'ROUND_HALF_UP')}", (day, hour)
     # New York is behind UTC: the demo's weekday-afternoon bursts (UTC 14–23) land earlier there.
     assert expected != hour_of_week(data["hourly"], "UTC")

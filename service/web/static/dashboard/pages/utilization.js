@@ -1,6 +1,7 @@
-// Utilization: the hour-of-week heatmap (7 × 24, in a chosen IANA time zone, from the hourly usage
-// rows) and per-project SM activity against GPU util (jobs that keep a kernel running but leave the
-// SMs idle — launch- or input-bound — show a high GPU util and a low SM activity).
+// Utilization: the hour-of-week heatmap (7 × 24, in a chosen IANA time zone, from the API's
+// `heatmap`: the database groups the hours, docs/heatmap.md) and per-project SM activity against GPU
+// util (jobs that keep a kernel running but leave the SMs idle — launch- or input-bound — show a high
+// GPU util and a low SM activity).
 
 import { gql } from "../api.js";
 import { bars, heatmap, WEEKDAYS } from "../charts.js";
@@ -10,8 +11,8 @@ import { FILTER_OPTIONS, cell, filterBar, label, ledgerFilter } from "./common.j
 
 export const title = "Utilization";
 
-const QUERY = `query Utilization($w: TimeWindow!, $f: LedgerFilter) {
-  hourly: usage(window: $w, filter: $f, granularity: HOUR) { periodStart gpuHours effectiveGpuHours coveragePct }
+const QUERY = `query Utilization($w: TimeWindow!, $f: LedgerFilter, $tz: String!) {
+  heat: heatmap(window: $w, filter: $f, timeZone: $tz) { weekday hour windowHours gpuHours utilizationPct }
   sm: usage(window: $w, filter: $f, groupBy: [PROJECT], metric: SM_ACTIVE) { project gpuHours utilizationPct coveragePct }
   util: usage(window: $w, filter: $f, groupBy: [PROJECT], metric: GPU_UTIL) { project gpuHours utilizationPct coveragePct }
   ${FILTER_OPTIONS}
@@ -19,7 +20,6 @@ const QUERY = `query Utilization($w: TimeWindow!, $f: LedgerFilter) {
 
 // GPU util this many points above SM activity marks a project as likely launch-bound.
 const LAUNCH_BOUND_GAP_PCT = 30;
-const SHORT_DAYS = { Mon: 0, Tue: 1, Wed: 2, Thu: 3, Fri: 4, Sat: 5, Sun: 6 };
 
 export function validZone(zone) {
   try {
@@ -30,27 +30,26 @@ export function validZone(zone) {
   }
 }
 
-// cells[day][hour]: utilization = Σ effective GPU-hours ÷ Σ observed GPU-hours of the UTC hours
-// whose start falls in that local weekday and hour (observed = GPU-hours × coverage).
-export function hourOfWeek(rows, zone) {
-  const parts = new Intl.DateTimeFormat("en-US", { timeZone: zone, weekday: "short", hour: "2-digit", hourCycle: "h23" });
-  const sums = Array.from({ length: 7 }, () => Array.from({ length: 24 }, () => ({ eff: 0, obs: 0, gpu: 0, hours: 0 })));
-  for (const r of rows) {
-    const fields = Object.fromEntries(parts.formatToParts(new Date(r.periodStart)).map((p) => [p.type, p.value]));
-    const s = sums[SHORT_DAYS[fields.weekday]][parseInt(fields.hour, 10) % 24];
-    s.eff += r.effectiveGpuHours;
-    s.obs += r.coveragePct === null ? 0 : (r.gpuHours * r.coveragePct) / 100;
-    s.gpu += r.gpuHours;
-    s.hours += 1;
+// cells[day][hour] (Monday 0) from the API's 168 cells: utilization = Σ effective ÷ Σ observed
+// GPU-hours of the UTC hours that start in that local weekday and hour.
+export function hourOfWeek(heat) {
+  const cells = Array.from({ length: 7 }, () => Array(24));
+  for (const c of heat) {
+    const day = c.weekday - 1;
+    const value = c.utilizationPct;
+    const when = `${WEEKDAYS[day]} ${String(c.hour).padStart(2, "0")}:00–${String((c.hour + 1) % 24).padStart(2, "0")}:00`;
+    const title = value === null ? `${when}: no GPU observed` : `${when}: ${pct(value)} busy, ${gpuHours(c.gpuHours)} over ${c.windowHours} hour(s)`;
+    cells[day][c.hour] = { value, title };
   }
-  return sums.map((row, day) =>
-    row.map((s, hour) => {
-      const value = s.obs > 0 ? (100 * s.eff) / s.obs : null;
-      const when = `${WEEKDAYS[day]} ${String(hour).padStart(2, "0")}:00–${String((hour + 1) % 24).padStart(2, "0")}:00`;
-      const title = value === null ? `${when}: no GPU observed` : `${when}: ${pct(value)} busy, ${gpuHours(s.gpu)} over ${s.hours} hour(s)`;
-      return { value, title };
-    }),
-  );
+  return cells;
+}
+
+// The zone asked for in the URL, by its canonical IANA name (Intl accepts "europe/berlin", the API
+// wants "Europe/Berlin"), if the browser knows it; else UTC and a warning.
+function zoneOf(params) {
+  const zone = params.get("tz") || "UTC";
+  if (!validZone(zone)) return { zone: "UTC", warning: h("p", { class: "warn" }, `"${zone}" is not an IANA time zone; showing UTC.`) };
+  return { zone: new Intl.DateTimeFormat("en-US", { timeZone: zone }).resolvedOptions().timeZone, warning: null };
 }
 
 function zonePicker(zone, navigate) {
@@ -71,20 +70,14 @@ function zonePicker(zone, navigate) {
   );
 }
 
-function heatCard(data, params, navigate) {
-  let zone = params.get("tz") || "UTC";
-  let warning = null;
-  if (!validZone(zone)) {
-    warning = h("p", { class: "warn" }, `"${zone}" is not an IANA time zone; showing UTC.`);
-    zone = "UTC";
-  }
-  const cells = hourOfWeek(data.hourly, zone);
+function heatCard(data, zone, warning, navigate) {
+  const cells = hourOfWeek(data.heat);
   return card(
     `Hour-of-week utilization (${zone})`,
     "Busy share of observed GPU time for each weekday and hour, over every week of the window (each device's default metric: SM activity where measured, else GPU util). Hover a cell for its GPU-hours.",
     zonePicker(zone, navigate),
     warning,
-    data.hourly.length ? heatmap(cells, (v) => number(v, 0)) : empty("No GPU time in this window."),
+    data.heat.some((c) => c.gpuHours > 0) ? heatmap(cells, (v) => number(v, 0)) : empty("No GPU time in this window."),
   );
 }
 
@@ -122,6 +115,7 @@ function projectsCard(data) {
 }
 
 export async function render({ params, window, navigate }) {
-  const data = await gql(QUERY, { w: window, f: ledgerFilter(params) });
-  return h("div", { class: "page", dataset: { page: "utilization" } }, filterBar(params, data, navigate), heatCard(data, params, navigate), projectsCard(data));
+  const { zone, warning } = zoneOf(params);
+  const data = await gql(QUERY, { w: window, f: ledgerFilter(params), tz: zone });
+  return h("div", { class: "page", dataset: { page: "utilization" } }, filterBar(params, data, navigate), heatCard(data, zone, warning, navigate), projectsCard(data));
 }
