@@ -669,6 +669,9 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=20_000)  # AwsCurConfig.chunk_rows' default
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gpu-ledger-bench"))
     parser.add_argument("--postgres", metavar="ADMIN_URL", help="also import/reprice on this server")
+    parser.add_argument(
+        "--db-prefix", default="bench_billing", help="PostgreSQL: the run's database is PREFIX_<pid>_<run>"
+    )
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--skip-parse", action="store_true")
     parser.add_argument("--profile-reprice", action="store_true", help="also: reprice under cProfile")
@@ -726,7 +729,7 @@ def main() -> None:
             for p in work.glob(f"{db_path.name}*"):
                 p.unlink()
         if args.postgres:
-            name = f"bench_billing_{os.getpid()}_{run}"
+            name = f"{args.db_prefix}_{os.getpid()}_{run}"
             admin = make_engine(args.postgres, isolation_level="AUTOCOMMIT")
             with admin.connect() as conn:
                 conn.execute(text(f'CREATE DATABASE "{name}"'))

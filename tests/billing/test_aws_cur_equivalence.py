@@ -166,3 +166,46 @@ def test_copy_times_are_formatted_as_before(instants: list[dt.datetime | None]) 
     )
     expected = frame.with_columns(bulk.pg_time(c) for c in ("charge_start", "charge_end"))
     assert_frame_equal(store._pg_times(frame), expected)
+
+
+#: Text a value may hold that either COPY format must escape or quote.
+_HOSTILE_TEXT = st.text(
+    alphabet=st.sampled_from(["a", "é", " ", ",", '"', "\\", "\t", "\n", "\r", "N", ".", "{", "}", "\x7f"]),
+    max_size=12,
+)
+
+
+@pytest.mark.postgres
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.none(), _HOSTILE_TEXT), min_size=1, max_size=20))
+def test_text_copy_stores_what_csv_copy_stores(pg_url: str, values: list[str | None]) -> None:
+    """The unit table's COPY (text format) stores every value exactly as the CSV COPY did: nulls
+    and empty strings apart, backslashes, tabs, newlines, quotes and ``\\N`` as written."""
+    from service.db import make_engine
+
+    engine = make_engine(pg_url)
+    n = len(values)
+    frame = pl.DataFrame(
+        {
+            "t": pl.Series(values, dtype=pl.String),
+            "q": pl.Series([None if v is None else f"{v}" for v in reversed(values)], dtype=pl.String),
+            "n": pl.Series([None if i % 3 == 0 else f"{i}.5" for i in range(n)], dtype=pl.Decimal(24, 9)),
+            "b": pl.Series([i % 2 == 0 for i in range(n)], dtype=pl.Boolean),
+            "i": pl.Series(range(n), dtype=pl.Int64),
+        }
+    )
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TEMP TABLE copy_csv (t text, q text, n numeric(24, 9), b boolean, i bigint)"
+                " ON COMMIT DROP"
+            )
+            conn.exec_driver_sql("CREATE TEMP TABLE copy_text (LIKE copy_csv) ON COMMIT DROP")
+            bulk.copy_csv_into(conn, "copy_csv", frame)
+            store.copy_text_into(conn, "copy_text", frame)
+            by_csv = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_csv ORDER BY i").all()
+            by_text = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_text ORDER BY i").all()
+    finally:
+        engine.dispose()
+    assert by_text == by_csv
+    assert [r[0] for r in by_text] == values
