@@ -206,8 +206,6 @@ def break_even_rows(
     """The answer (module docstring). ``q``: window, filter (of the owned GPUs) and access."""
     q.access.require_everything("breakEven")
     what_if.check()
-    if any("\x00" in v for values in q.filter.values.values() for v in values):
-        raise InvalidArgument("filter values may not contain NUL characters")  # PostgreSQL refuses them
     workload = [d.name for d, values in q.filter.values.items() if values and d.is_workload]
     if workload or q.filter.unallocated is not None:
         named = ", ".join(workload) or "UNALLOCATED"

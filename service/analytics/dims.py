@@ -8,6 +8,7 @@ from enum import Enum, auto
 from typing import Any
 
 from connectors.sdk.shapes import DIMENSIONS, dimension
+from service.analytics.errors import InvalidArgument
 from service.metrics_catalog import UTIL_METRICS
 
 
@@ -90,6 +91,13 @@ class LedgerFilter:
 
     values: Mapping[Dimension, Sequence[str]] = field(default_factory=dict)
     unallocated: bool | None = None
+
+    def __post_init__(self) -> None:
+        # PostgreSQL text cannot hold NUL: a value with one would fail inside the driver (a 500),
+        # and no ledger value can contain it, so it is the caller's error, named here for every path.
+        for dim, values in self.values.items():
+            if any("\x00" in value for value in values):
+                raise InvalidArgument(f"filter {dim.name.lower()}: values may not contain NUL characters")
 
 
 NO_FILTER = LedgerFilter()

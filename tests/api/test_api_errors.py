@@ -85,3 +85,22 @@ def test_every_type_and_field_is_described() -> None:
             assert f.description, f"{name}.{fname}"
             for aname, a in getattr(f, "args", {}).items():
                 assert a.description, f"{name}.{fname}({aname})"
+
+
+_NUL_WINDOW = '{start: "2025-01-01T00:00:00Z", end: "2025-01-02T00:00:00Z"}'
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        f"usage(window: {_NUL_WINDOW}, filter: $f) {{ gpuHours }}",
+        f"cost(window: {_NUL_WINDOW}, filter: $f) {{ gpuHours }}",
+        f"idleWaste(window: {_NUL_WINDOW}, filter: $f) {{ idleGpuHours }}",
+        f"effectiveCost(window: {_NUL_WINDOW}, filter: $f) {{ gpuHours }}",
+    ],
+)
+def test_nul_in_a_filter_value_is_the_callers_error(gql: Gql, field: str) -> None:
+    """PostgreSQL text cannot hold NUL: it used to fail in the driver (INTERNAL) on PostgreSQL."""
+    r = gql(f"query($f: LedgerFilter){{ {field} }}", {"f": {"project": ["ok", "a\x00b"]}})
+    [err] = r["errors"]
+    assert err["extensions"] == {"code": "INVALID_ARGUMENT"} and "NUL" in err["message"], r
