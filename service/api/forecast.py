@@ -27,6 +27,7 @@ from service.api.types import (
     Money,
     TimeWindow,
     bucket_objects,
+    dim_field,
     gql_float,
     ledger_page,
     ledger_query,
@@ -93,20 +94,20 @@ class GroupForecast:
         description="Cost per day: one series per currency of the history, or one in `currency` when "
         "given. Unpriced time has none."
     )
-    environment: str | None = None
-    provider: str | None = None
-    account: str | None = None
-    region: str | None = None
-    cluster: str | None = None
-    node: str | None = None
-    device: str | None = None
-    gpu_model: str | None = None
-    instance_type: str | None = None
-    project: str | None = None
-    team: str | None = None
-    user: str | None = None
-    namespace: str | None = None
-    workload: str | None = None
+    environment: str | None = dim_field("environment")
+    provider: str | None = dim_field("provider")
+    account: str | None = dim_field("account")
+    region: str | None = dim_field("region")
+    cluster: str | None = dim_field("cluster")
+    node: str | None = dim_field("node")
+    device: str | None = dim_field("device id")
+    gpu_model: str | None = dim_field("GPU model")
+    instance_type: str | None = dim_field("instance type")
+    project: str | None = dim_field("project")
+    team: str | None = dim_field("team")
+    user: str | None = dim_field("user")
+    namespace: str | None = dim_field("namespace")
+    workload: str | None = dim_field("workload")
 
 
 @strawberry.type(description="Daily forecasts per group, fitted on the window's daily totals.")

@@ -229,7 +229,7 @@ def gql_float(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def _dim(description: str) -> str | None:
+def dim_field(description: str) -> str | None:
     return strawberry.field(default=None, description=f"{description} (null unless grouped by it)")
 
 
@@ -239,20 +239,20 @@ class LedgerBucket:
         default=None,
         description="Start of the period (UTC); null for TOTAL. A period may begin before the window.",
     )
-    environment: str | None = _dim("environment")
-    provider: str | None = _dim("provider")
-    account: str | None = _dim("account")
-    region: str | None = _dim("region")
-    cluster: str | None = _dim("cluster")
-    node: str | None = _dim("node")
-    device: str | None = _dim("device id")
-    gpu_model: str | None = _dim("GPU model")
-    instance_type: str | None = _dim("instance type")
-    project: str | None = _dim("project")
-    team: str | None = _dim("team")
-    user: str | None = _dim("user")
-    namespace: str | None = _dim("namespace")
-    workload: str | None = _dim("workload")
+    environment: str | None = dim_field("environment")
+    provider: str | None = dim_field("provider")
+    account: str | None = dim_field("account")
+    region: str | None = dim_field("region")
+    cluster: str | None = dim_field("cluster")
+    node: str | None = dim_field("node")
+    device: str | None = dim_field("device id")
+    gpu_model: str | None = dim_field("GPU model")
+    instance_type: str | None = dim_field("instance type")
+    project: str | None = dim_field("project")
+    team: str | None = dim_field("team")
+    user: str | None = dim_field("user")
+    namespace: str | None = dim_field("namespace")
+    workload: str | None = dim_field("workload")
     cursor: str = strawberry.field(description=CURSOR)
 
 
