@@ -69,9 +69,10 @@ def _row_terms(flt: LedgerFilter, access: Access) -> list[pl.Expr]:
     return terms
 
 
-def _after(after: tuple[Any, ...] | None) -> pl.Expr | None:
+def _after(after: tuple[Any, ...] | None, devices: pl.Series) -> pl.Expr | None:
     """Rows whose (hour, device) comes after ``after`` in ``ORDER BY hour, device`` (NULLs first;
-    neither key is ever NULL in the ledger: :func:`service.analytics.query.keyset_after`)."""
+    neither key is ever NULL in the ledger: :func:`service.analytics.query.keyset_after`).
+    ``devices``: the ``device_id`` dictionary, in byte order — a device id compares as its code."""
     if after is None:
         return None
     hour, device = after
@@ -79,12 +80,15 @@ def _after(after: tuple[Any, ...] | None) -> pl.Expr | None:
         return None  # every hour comes after NULL
     if device is None:
         return pl.col("hour_index") >= hour
-    return (pl.col("hour_index") > hour) | ((pl.col("hour_index") == hour) & (pl.col("device_id") > device))
+    # the first code after the cursor's device (which need not be in the dictionary)
+    first_code = devices.search_sorted(device, side="right")
+    code = pl.col("device_id").to_physical()
+    return (pl.col("hour_index") > hour) | ((pl.col("hour_index") == hour) & (code >= first_code))
 
 
 def _fold(rows: pl.DataFrame, obs: str, busy: str, idle: str) -> pl.DataFrame:
     """One row per (hour, device) of ``rows`` (sorted by them), as the grouped SELECT's columns."""
-    hour, device = pl.col("hour_index"), pl.col("device_id")
+    hour, device = pl.col("hour_index"), pl.col("device_id").to_physical()
     single = rows.height == 0 or bool(
         rows.select(((hour != hour.shift(1)) | (device != device.shift(1))).fill_null(True).all()).item()
     )
@@ -177,9 +181,6 @@ def usage_frame(
         pl.col("hour_index") < hi_hour,
         *_row_terms(flt, access),
     ]
-    after_term = _after(after)
-    if after_term is not None:
-        terms.append(after_term)
     fetch = page.fetch
     parts: list[pl.DataFrame] = []
     got = 0
@@ -187,17 +188,15 @@ def usage_frame(
         loaded = list(segments.load(conn, days, columns))
         if not loaded:
             continue
-        rows = pl.concat(loaded, how="vertical")
-        part = _fold(rows.filter(*terms), obs, busy, idle)
+        rows = segments.concat(loaded)
+        after_term = _after(after, rows.schema["device_id"].categories)  # type: ignore[attr-defined]
+        kept = rows.filter(*terms, *([after_term] if after_term is not None else []))
+        part = _fold(kept, obs, busy, idle)
         parts.append(part)
         got += part.height
         if fetch is not None and got >= fetch:
             break
-    frame = (
-        pl.concat(parts, how="vertical")
-        if parts
-        else _fold(pl.DataFrame(schema=segments.SCHEMA), obs, busy, idle)
-    )
+    frame = segments.concat(parts) if parts else _fold(pl.DataFrame(schema=segments.SCHEMA), obs, busy, idle)
     if fetch is not None:
         frame = frame.head(fetch)
     if page.first is None:

@@ -2,7 +2,9 @@
 
 ``question`` is a name of :data:`service.export.questions.QUESTIONS` (``usage``, ``cost``,
 ``idle-waste``, ``effective-cost``), ``format`` one of :class:`service.export.formats.Format`;
-the query parameters are the GraphQL field's arguments (:mod:`service.export.arguments`).
+the query parameters are the GraphQL field's arguments (:mod:`service.export.arguments`), plus
+``compression=lz4|zstd`` for an Arrow stream whose buffers the reader can decompress (polars,
+pyarrow; default ``uncompressed``, which every Arrow reader takes).
 
 The same limits as ``/graphql``, answered as HTTP statuses with the body
 ``{"error": message, "code": CODE, "parameter": name or null}``:
@@ -45,7 +47,7 @@ from service.api.errors import clip
 from service.api.graphql import caller_key
 from service.auth.principal import principal_of
 from service.export.arguments import ParameterError, parse_args
-from service.export.formats import Format
+from service.export.formats import ARROW_COMPRESSIONS, Format, IpcCompression
 from service.export.questions import QUESTIONS, ExportContext, export_frame, parameter_of
 from service.limits.gate import ConcurrencyGate, Overloaded
 from service.limits.rate import RateLimiter
@@ -54,6 +56,9 @@ from service.settings import Settings
 log = logging.getLogger("gpu_ledger.export")
 
 PATH = "/export/{question}.{format}"
+#: The parameter of an Arrow stream's buffer compression (one of :data:`ARROW_COMPRESSIONS`):
+#: the endpoint's own, not the question's (the CLI writes files uncompressed).
+COMPRESSION = "compression"
 #: Bytes per chunk of a streamed response.
 CHUNK_B = 1 << 20
 
@@ -83,10 +88,10 @@ def refusal(status: int, code: str, message: str, parameter: str | None = None, 
     return JSONResponse(body, status_code=status, headers=headers or None)
 
 
-def _chunks(data: bytes) -> Iterator[bytes]:
-    view = memoryview(data)
-    for at in range(0, len(view), CHUNK_B):
-        yield bytes(view[at : at + CHUNK_B])
+def _chunks(data: memoryview) -> Iterator[memoryview]:
+    # slices of the written file, not copies of them
+    for at in range(0, len(data), CHUNK_B):
+        yield data[at : at + CHUNK_B]
 
 
 def export_route(engine: Engine, settings: Settings) -> Route:
@@ -119,6 +124,7 @@ def export_route(engine: Engine, settings: Settings) -> Route:
             return refusal(404, "NOT_FOUND", message, "format")
         params = {key: request.query_params.getlist(key) for key in request.query_params}
         try:
+            compression = _compression(params.pop(COMPRESSION, []), fmt)
             args = parse_args(
                 question, params, access=principal.access, max_window_days=settings.max_window_days
             )
@@ -130,7 +136,7 @@ def export_route(engine: Engine, settings: Settings) -> Route:
                         conn, question, args, context, max_rows=settings.export_max_rows
                     )
                 )
-                data, rows = await run_in_threadpool(_encode, frame, fmt), frame.height
+                data, rows = await run_in_threadpool(_encode, frame, fmt, compression), frame.height
         except ParameterError as exc:
             return refusal(STATUS.get(exc.code, 400), exc.code, exc.message, exc.parameter)
         except QueryError as exc:
@@ -155,7 +161,22 @@ def export_route(engine: Engine, settings: Settings) -> Route:
     return Route(PATH, export, methods=["GET"])
 
 
-def _encode(frame: pl.DataFrame, fmt: Format) -> bytes:
+def _compression(values: list[str], fmt: Format) -> IpcCompression:
+    """The ``compression`` parameter: an Arrow stream's buffer compression (default none)."""
+    if not values:
+        return "uncompressed"
+    known = ", ".join(ARROW_COMPRESSIONS)
+    if fmt is not Format.ARROW:
+        raise ParameterError(COMPRESSION, f"compression is a parameter of the arrow format ({known})")
+    if len(values) > 1:
+        raise ParameterError(COMPRESSION, "give compression once")
+    for name in ARROW_COMPRESSIONS:
+        if values[0].lower() == name:
+            return name
+    raise ParameterError(COMPRESSION, f"compression {clip(values[0])!r} is not one of {known}")
+
+
+def _encode(frame: pl.DataFrame, fmt: Format, compression: IpcCompression) -> memoryview:
     sink = io.BytesIO()
-    fmt.write(frame, sink)
-    return sink.getvalue()
+    fmt.write(frame, sink, compression=compression)
+    return sink.getbuffer()  # the written bytes themselves (getvalue() would copy them)

@@ -139,6 +139,10 @@ def bucket_columns(
     other field ``name``."""
     dims = [d.name.lower() for d in q.group_by]
     order = ([PERIOD] if PERIOD in frame.columns else []) + dims
+    # dictionary-encoded text (device ids read from the day segments) serializes as its text
+    frame = frame.with_columns(
+        frame[name].cast(pl.String) for name, dtype in frame.schema.items() if isinstance(dtype, pl.Enum)
+    )
 
     def cursors() -> list[str]:
         return cursor_column(page, frame, order)

@@ -16,6 +16,13 @@ before any read: a day's segment must hold as many rows as ``ledger_group_day`` 
 (a database migrated before segments existed, or a writer that bypassed ``rebuild_days``, reads
 the hours in SQL instead). Days whose hours were pruned (``gpu-ledger prune``) are left out, as
 the pruned hours are.
+
+Text columns (the device, every dimension, the default metric) are stored dictionary-encoded: an
+Arrow dictionary whose values are the day's distinct values in byte order (a polars ``Enum``).
+A day repeats a few thousand devices and a handful of labels over its rows, so the dictionary
+reads several times faster than the text, and a device's code orders as its id does. Format 1
+(before dictionaries: plain text columns) is still read — :func:`decode` encodes its text on
+the fly — and migration 0012 rebuilds every stored day in format 2.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import polars as pl
 from sqlalchemy import Connection, Float, Integer, case, cast, delete, func, insert, select
 
 from connectors.sdk.shapes import DIMENSIONS
+from service.analytics.dims import MIXED_DEFAULT_METRIC
 from service.dbtypes import table_of
 from service.ledger import bulk, retention
 from service.ledger.rollups import hour_days
@@ -51,6 +59,8 @@ TIME_MEASURES: tuple[str, ...] = (
 GPU_SECONDS: tuple[str, ...] = tuple(f"gpu_{name}" for name in TIME_MEASURES)
 #: Dimension columns besides ``device_id`` (``user_name`` for USER …).
 DIMENSION_COLUMNS: tuple[str, ...] = tuple(d.column for d in DIMENSIONS if d.column != "device_id")
+#: The columns of a segment, text as plain strings (what the database hands over; stored as
+#: dictionaries: :data:`TEXT_COLUMNS`).
 SCHEMA: dict[str, pl.DataType] = {
     "hour_index": pl.Int64(),
     "device_id": pl.String(),
@@ -60,6 +70,12 @@ SCHEMA: dict[str, pl.DataType] = {
     **{name: pl.Float64() for name in GPU_SECONDS},
     "energy_j": pl.Float64(),
 }
+#: The text columns, each stored as an Enum of its sorted distinct values (format 2).
+TEXT_COLUMNS: tuple[str, ...] = tuple(name for name, dtype in SCHEMA.items() if dtype == pl.String)
+#: A label every default-metric dictionary holds besides the day's values: an answer folds
+#: device-hours of different default metrics into it (``dims.MIXED_DEFAULT_METRIC``), and a
+#: polars expression can only choose between values of one dictionary.
+EXTRA_METRIC_LABELS: tuple[str, ...] = (MIXED_DEFAULT_METRIC,)
 #: Compression of a segment's columns: LZ4 decodes several times faster than zstd for about the
 #: same size here (dimension columns are runs of a few values).
 COMPRESSION: Literal["lz4"] = "lz4"
@@ -104,14 +120,58 @@ def _read_rows(conn: Connection, first_day: int, last_day: int) -> pl.DataFrame:
     return frame.with_columns(pl.col("unallocated").cast(pl.Boolean))
 
 
+def sorted_enum(column: pl.Series, extra: Sequence[str] = ()) -> pl.Series:
+    """``column`` (text, or an Enum) as an Enum of its distinct values and ``extra``, in byte
+    order (nulls stay null)."""
+    if isinstance(column.dtype, pl.Enum) and not extra:
+        categories = column.dtype.categories
+        if categories.is_sorted() and column.to_physical().n_unique() == len(categories):
+            return column
+    values = column.cast(pl.String).drop_nulls()
+    categories = pl.concat([values, pl.Series(values.name, extra, dtype=pl.String)]).unique().sort()
+    return column.cast(pl.String).cast(pl.Enum(categories))
+
+
+def _dictionaries(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with each text column as :func:`sorted_enum` of its values (format 2)."""
+    return frame.with_columns(
+        sorted_enum(frame[name], EXTRA_METRIC_LABELS if name == "default_metric" else ())
+        for name in TEXT_COLUMNS
+        if name in frame.columns
+    )
+
+
 def encode(frame: pl.DataFrame) -> bytes:
     sink = io.BytesIO()
-    frame.write_ipc(sink, compression=COMPRESSION)
+    _dictionaries(frame).write_ipc(sink, compression=COMPRESSION)
     return sink.getvalue()
 
 
 def decode(data: bytes, columns: Sequence[str] | None = None) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(data), columns=list(columns) if columns is not None else None)
+    """A stored segment (``columns`` of it), its text columns Enums of sorted values; a format-1
+    segment's text is encoded here (slower: ``gpu-ledger db upgrade`` rebuilds them)."""
+    frame = pl.read_ipc(io.BytesIO(data), columns=list(columns) if columns is not None else None)
+    stale = [name for name in TEXT_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
+    return _dictionaries(frame) if stale else frame
+
+
+def concat(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """Segments of several days as one frame: each text column an Enum of the union of the days'
+    values, in byte order (the days of a steady fleet share one dictionary: nothing to recode)."""
+    if len(frames) == 1:
+        return frames[0]
+    first = frames[0]
+    recode = {}
+    for name, dtype in first.schema.items():
+        if not isinstance(dtype, pl.Enum):
+            continue
+        if all(f.schema[name] == dtype for f in frames[1:]):
+            continue
+        union = pl.concat([f.schema[name].categories for f in frames]).unique().sort()  # type: ignore[attr-defined]
+        recode[name] = pl.Enum(union)
+    if recode:
+        frames = [f.with_columns(pl.col(n).cast(e) for n, e in recode.items()) for f in frames]
+    return pl.concat(frames, how="vertical", rechunk=False)
 
 
 def rebuild(conn: Connection, first_day: int, last_day: int) -> None:

@@ -343,3 +343,62 @@ def test_arrow_text_columns_are_dictionaries_of_their_values() -> None:
     sink = io.BytesIO()
     Format.ARROW.write(empty, sink)
     assert pl.read_ipc_stream(io.BytesIO(sink.getvalue())).schema == {"device": pl.Enum([])}
+
+
+def test_an_enum_column_keeps_only_its_rows_values_in_sorted_order() -> None:
+    """A dictionary column read from the day segments (an Enum over a whole day) is written with
+    exactly the values its rows hold: codes renumbered, nulls kept, unsorted categories sorted."""
+    wide = pl.Series("device", ["d", None, "b", "d"], dtype=pl.Enum(["a", "b", "c", "d"]))
+    unsorted = pl.Series("metric", ["y", "x", "x", "y"], dtype=pl.Enum(["y", "x"]))
+    exact = pl.Series("team", ["p", "q", "q", None], dtype=pl.Enum(["p", "q"]))
+    sink = io.BytesIO()
+    Format.ARROW.write(pl.DataFrame([wide, unsorted, exact]), sink)
+    back = pl.read_ipc_stream(io.BytesIO(sink.getvalue()))
+    assert back.schema == {
+        "device": pl.Enum(["b", "d"]),
+        "metric": pl.Enum(["x", "y"]),
+        "team": pl.Enum(["p", "q"]),
+    }
+    assert back["device"].to_list() == ["d", None, "b", "d"]
+    assert back["device"].to_physical().to_list() == [1, None, 0, 1]
+    assert back["metric"].to_list() == ["y", "x", "x", "y"]
+    assert back["team"].to_list() == ["p", "q", "q", None]
+
+
+def test_a_scoped_device_hour_export_names_only_its_devices(
+    app: tuple[str, dict[str, dict[str, str]]],
+) -> None:
+    """The day segments hold every device of the day; a project-scoped caller's Arrow dictionary
+    holds only the devices of its rows (no other project's device id travels in it)."""
+    base, headers = app
+    params = {**W, "granularity": "HOUR", "groupBy": "DEVICE"}
+    r = get(base, "/export/usage.arrow", params, headers["alpha"])
+    assert r.status_code == 200, r.text
+    frame = pl.read_ipc_stream(io.BytesIO(r.content))
+    assert frame.schema["device"] == pl.Enum(["GPU-a"])
+    assert frame["device"].to_list() == ["GPU-a", "GPU-a"]
+    assert b"GPU-b" not in r.content and b"GPU-odd" not in r.content
+
+
+def test_arrow_buffers_are_compressed_on_request(app: tuple[str, dict[str, dict[str, str]]]) -> None:
+    base, headers = app
+    params = {
+        "start": at(0).isoformat(),
+        "end": at(1).isoformat(),
+        "granularity": "HOUR",
+        "groupBy": "DEVICE",
+    }
+    plain = get(base, "/export/usage.arrow", params, headers["all"])
+    assert plain.status_code == 200, plain.text
+    want = pl.read_ipc_stream(io.BytesIO(plain.content))
+    for name in ("lz4", "ZSTD", "uncompressed"):
+        r = get(base, "/export/usage.arrow", {**params, "compression": name}, headers["all"])
+        assert r.status_code == 200, r.text
+        assert pl.read_ipc_stream(io.BytesIO(r.content)).equals(want), name
+        assert (r.content == plain.content) == (name == "uncompressed"), name
+    for fmt, bad in (("arrow", "gzip"), ("arrow", ""), ("csv", "lz4"), ("parquet", "zstd")):
+        r = get(base, f"/export/usage.{fmt}", {**params, "compression": bad}, headers["all"])
+        assert r.status_code == 400 and r.json()["parameter"] == "compression", (fmt, bad, r.text)
+    r = get(base, "/export/usage.arrow", [*params.items(), ("compression", "lz4"), ("compression", "lz4")],
+            headers["all"])  # fmt: skip
+    assert r.status_code == 400 and r.json()["parameter"] == "compression"
