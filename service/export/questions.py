@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import polars as pl
 from sqlalchemy import Connection
 
-from service.analytics import break_even, columnar
+from service.analytics import break_even, capacity, columnar
 from service.analytics.dims import Dimension
 from service.analytics.errors import QueryError
 from service.analytics.frames import PERIOD_START
@@ -275,5 +275,28 @@ HEATMAP = register(
         frozenset({"metric", "thresholdPct", "currency", "timeZone"}),
         HEATMAP_COLUMNS,
         _heatmap,
+    )
+)
+
+
+def _demand_capacity(conn: Connection, args: ExportArgs, page: Page, _context: ExportContext) -> pl.DataFrame:
+    pct = 100.0 if args.allocation_pct is None else args.allocation_pct
+    try:
+        capacity.check_pool(args.query.group_by, pct)
+    except QueryError as exc:
+        raise ParameterError(
+            "groupBy" if "dimensions" in exc.message else "allocationPct", exc.message
+        ) from None
+    return capacity.capacity_frame(conn, args.query, pct, page=page)
+
+
+DEMAND_CAPACITY = register(
+    Question(
+        "demand-capacity",
+        "demandCapacity",
+        frozenset({"granularity", "allocationPct"}),
+        capacity.CAPACITY_COLUMNS,
+        _demand_capacity,
+        default_group_by=capacity.DEFAULT_POOL,
     )
 )
