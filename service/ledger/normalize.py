@@ -30,6 +30,10 @@ group-by of every sample (tests/ledger/test_normalize_categorical.py pins both t
 paths, exactly). From the intervals on (gauge readings, presence, energy spans) the steps are
 NumPy passes over the chains — clip to the window, cut at UTC hours, sum each run of equal
 (ledger row, metric) — shared by the fast and the general paths, so both give the same floats.
+When the layout is regular (every device's chains as long and aligned, as in a DCGM scrape) the
+readings form a grid: intervals, hour split and runs are computed once per reading for all its
+metrics and only the value sums touch every sample, in chunks of devices, so no array of every
+sample is made fresh (tests/ledger/test_normalize_grid.py pins it to the chain path, exactly).
 """
 
 from __future__ import annotations
@@ -119,9 +123,11 @@ def normalize(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
     if batch.frame.is_empty():
         return _decode(_empty_row_frame(), batch)
     ordered = _order(batch)
-    presence, owners, layout = _presence(batch, window, ordered)
-    gauges = _gauge_stats(batch, window, owners, ordered, layout)
-    energy = _energy(batch, window, ordered)
+    presence, owners, grid = _presence(batch, window, ordered)
+    gauges = _gauge_stats(batch, window, owners, ordered, grid)
+    energy = (
+        _grid_energy(batch, window, ordered, grid) if grid is not None else _energy(batch, window, ordered)
+    )
     rows = presence.join(gauges, on="rk", how="left").join(energy, on="rk", how="left")
     return _decode(rows, batch)
 
@@ -191,7 +197,7 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
     if _categorical(samples, "metric"):
         metric, _ = _ranks(samples["metric"], None, fixed=_METRICS)
     else:
-        metric = samples["metric"].replace_strict(_CODE, default=-1, return_dtype=pl.Int64).to_numpy()
+        metric = samples["metric"].replace_strict(_CODE, default=-1, return_dtype=pl.Int64)
     share = samples["share"]  # within [0, 1] and never null as connectors hand it: no copy then
     if share.null_count() or (share.len() and not 0.0 <= share.min() <= share.max() <= 1.0):  # type: ignore[operator]
         share = share.fill_null(1.0).clip(0.0, 1.0)
@@ -217,8 +223,8 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
     # Usually every row is kept: said by a few reductions instead of evaluating ``keep`` per row.
     values, times = samples["value"], samples["ts_ms"]
     every_row_kept = not len(dev) or (
-        dev.min() >= 0
-        and metric.min() >= 0
+        dev.min() >= 0  # type: ignore[operator]
+        and metric.min() >= 0  # type: ignore[operator]
         and not values.null_count()
         and not values.is_nan().any()
         and times.min() >= origin  # type: ignore[operator]
@@ -244,7 +250,7 @@ def _encode_codes(samples: pl.DataFrame, window: Window) -> _Batch:
 
 def _ranks(
     column: pl.Series, null_as: str | None, fixed: list[str] | None = None
-) -> tuple[np.ndarray, pl.Series]:
+) -> tuple[pl.Series, pl.Series]:
     """Per row, the rank of the row's string among the column's sorted distinct strings (nulls
     read as ``null_as``; -1 where null and ``null_as`` is None), and those strings. With
     ``fixed``, the ranks are positions in ``fixed`` instead (-1 for a string not in it)."""
@@ -279,7 +285,9 @@ def _ranks(
     lut = np.full(null_code + 1, -1, dtype=np.int64)
     for code, name in zip(codes.to_list(), strings.to_list(), strict=True):
         lut[null_code if code is None else code] = rank.get(name, -1) if name is not None else -1
-    out = lut[physical.fill_null(null_code).to_numpy()]
+    # Gathered by Polars: its allocator keeps freed pages (service/__init__.py), where a fresh
+    # NumPy array of every row costs as much in page faults as the lookup itself.
+    out = pl.Series(lut).gather(physical.fill_null(null_code))
     return out, pl.Series(names, dtype=pl.String)
 
 
@@ -331,13 +339,25 @@ def _order(batch: _Batch) -> _Ordered:
     """
     key = batch.sample_key
     frame = batch.frame
-    k = _pack(key, dev=frame["dev"], metric=frame["metric"], ts=frame["ts"], wl=frame["wl"])
-    frame = frame.with_columns(pl.Series("k", k))
     starts = _chain_starts(frame)
-    within = np.ones(len(k) - 1, dtype=bool)  # row i+1 continues row i's chain
+    within = np.ones(frame.height - 1, dtype=bool)  # row i+1 continues row i's chain
     within[starts[1:] - 1] = False
-    chains = k[starts] >> key.shift_of("metric")
-    if np.any(within & (k[1:] < k[:-1])) or len(np.unique(chains)) != len(chains):
+    chains = frame["dev"].to_numpy()[starts] * _N_METRICS + frame["metric"].to_numpy()[starts]
+    distinct_chains = len(np.unique(chains)) == len(chains)
+    if distinct_chains:
+        # Every chain strictly rising in time (as a scrape is): in order, nothing repeated and
+        # nothing time-sliced, which is all the key below would tell; so it is not built.
+        ts = frame["ts"].to_numpy()
+        rising = ts[1:] > ts[:-1]
+        rising |= ~within
+        if rising.all():
+            return _Ordered(frame, frame, False, False, starts)
+    # Packed by Polars: its allocator keeps freed pages (a fresh NumPy key faults every page).
+    frame = frame.with_columns(
+        key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+    )
+    k = frame["k"].to_numpy()
+    if np.any(within & (k[1:] < k[:-1])) or not distinct_chains:
         frame = frame.sort("k")
         k = frame["k"].to_numpy()
         starts = _chain_starts(frame)
@@ -406,9 +426,9 @@ def _shares(frame: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
 
 def _presence(
     batch: _Batch, window: Window, ordered: _Ordered
-) -> tuple[pl.DataFrame, pl.DataFrame, _Layout | None]:
+) -> tuple[pl.DataFrame, pl.DataFrame, _Grid | None]:
     """Present milliseconds per ledger row; per (dev, ts) reading the time the device's next
-    reading names other owners (``_owner_changes``); the scrape's layout when regular."""
+    reading names other owners (``_owner_changes``); the scrape's grid when its layout is regular."""
     key = batch.reading_key
     k = pl.col("k")
     aligned = (
@@ -444,7 +464,10 @@ def _presence(
     )
     dev, wl, share, start, end = (intervals[c].to_numpy() for c in intervals.columns)
     present = _sum_by_row(batch, dev, wl, start, end.copy(), share, "present_ms")
-    return present, _owner_changes(readings, key.prefix(k, "ts")), layout
+    grid = None
+    if layout is not None:
+        grid = _Grid(layout, readings["dev"].to_numpy(), readings["ts"].to_numpy(), readings["wl"].to_numpy())
+    return present, _owner_changes(readings, key.prefix(k, "ts")), grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +478,17 @@ class _Layout:
 
     chains: int
     width: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """A regular layout with its readings (one per device and time, in reading order): every
+    chain of device group ``g`` holds the same (ts, workload) at each position."""
+
+    layout: _Layout
+    dev: np.ndarray
+    ts: np.ndarray
+    wl: np.ndarray
 
 
 def _aligned_readings(
@@ -552,7 +586,7 @@ def _owner_changes(readings: pl.DataFrame, reading: pl.Expr) -> pl.DataFrame:
 
 
 def _gauge_stats(
-    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered, layout: _Layout | None
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered, grid: _Grid | None
 ) -> pl.DataFrame:
     """Per ledger row, each gauge's observed time and its value statistics.
 
@@ -561,6 +595,11 @@ def _gauge_stats(
     row of a chain is its next reading, every share is 1). The hour split and the sums are one
     NumPy pass either way (``_pieces``, ``_metric_stats``), so the two give the same floats.
     """
+    if grid is not None:
+        stats = _grid_gauge_stats(batch, window, owners, ordered, grid)
+        if stats is not None:
+            return _widen(stats, batch)
+    layout = grid.layout if grid is not None else None
     if ordered.sliced:
         columns = _sliced_gauge_intervals(batch, window, owners, ordered)
     else:
@@ -575,6 +614,146 @@ def _gauge_stats(
             dev_, wl_, metric_, value_, share_ = dev, wl, metric, value, share
         segments.append((_pack_row(batch, dev_, hour, wl_), metric_, value_, dur, share_))
     return _widen(_metric_stats(segments, window), batch)
+
+
+def _grid_gauge_stats(
+    batch: _Batch, window: Window, owners: pl.DataFrame, ordered: _Ordered, grid: _Grid
+) -> pl.DataFrame | None:
+    """``_metric_stats`` of a regular scrape, computed from its grid: where each device's chains
+    hold the same (ts, workload) at each position, a reading's interval, its hour split and the
+    runs of equal ledger row are one for all its metrics, so they are computed once per reading
+    (a sixth of the samples in a DCGM scrape) and only the value sums touch every sample — each
+    run the same slice of the same products as on the chain path, so the same floats. Durations
+    are whole milliseconds, so the observed, idle and histogram sums are exact in any order.
+    ``None`` when a utilization chain leaves [0, 100] % (the chain path clips it).
+    """
+    chains, width = grid.layout.chains, grid.layout.width
+    starts = ordered.starts
+    value = ordered.rows["value"].to_numpy()
+    chain_metric = ordered.rows["metric"].to_numpy()[starts]
+    # Each reading's interval (as ``_chain_gauge_intervals`` gives each sample), clipped to the
+    # window; its first piece's hour and milliseconds (``_pieces``).
+    ts = grid.ts
+    end = ts + window.max_gap_ms
+    np.minimum(end[:-1], ts[1:], out=end[:-1])
+    last = np.arange(width - 1, len(ts), width)
+    end[last] = ts[last] + window.max_gap_ms
+    _cut(end, batch, window, owners, grid.dev, ts, _Layout(1, width))
+    start = np.maximum(ts, batch.start)
+    np.minimum(end, batch.end, out=end)
+    kept = end > start  # per device one stretch of readings (each ends by its successor's start)
+    hour = start // HOUR_MS
+    bound = (hour + 1) * HOUR_MS
+    crossing = np.flatnonzero(kept & (end > bound))
+    w = (np.minimum(end, bound) - start).astype(np.float64)
+    rk = _pack_row(batch, grid.dev, hour, grid.wl)
+    # Runs of equal ledger row among the kept readings of each device; the dropped readings make
+    # runs of their own, summed and thrown away (so the kept runs are the chain path's slices).
+    new_run = np.empty(len(ts), dtype=bool)
+    new_run[:1] = True
+    np.not_equal(rk[1:], rk[:-1], out=new_run[1:])
+    new_run[1:] |= kept[1:] != kept[:-1]
+    new_run[::width] = True
+    bounds = np.flatnonzero(new_run)
+    # The same runs in every chain of the device: sample bounds in sample order (chain, reading).
+    shift = bounds + bounds // width * ((chains - 1) * width)
+    sample_bounds = (shift[None, :] + (np.arange(chains) * width)[:, None]).ravel()
+    order = np.argsort(sample_bounds, kind="stable")
+    sample_bounds = sample_bounds[order]
+    ref = order % len(bounds)  # each sample run's reading run
+    run_chain = bounds[ref] // width * chains + order // len(bounds)
+    run_metric = chain_metric[run_chain]
+    w_run = np.add.reduceat(w, bounds)[ref]
+    sums = _grid_sums(value, w, sample_bounds, run_chain, w_run, chain_metric, grid.layout, window)
+    if sums is None:
+        return None
+    wv, w_idle, hist = sums
+    keep = kept[bounds][ref] & _IS_GAUGE[run_metric]
+    first = {
+        "g": (rk[bounds][ref] * _N_METRICS + run_metric)[keep],
+        "w": w_run[keep],
+        "wv": wv[keep],
+        "w_idle": w_idle[keep],
+        "v_max": np.maximum.reduceat(value, sample_bounds)[keep],
+        **{f"h{i}": hist[keep, i] for i in range(_N_BUCKETS)},
+    }
+    tables = [first] if first["g"].size else []
+    if crossing.size:  # the later pieces of the intervals that cross an hour, every chain's
+        shift = crossing + crossing // width * ((chains - 1) * width)
+        samples = (shift[None, :] + (np.arange(chains) * width)[:, None]).ravel()
+        order = np.argsort(samples, kind="stable")
+        samples, reading = samples[order], crossing[order % len(crossing)]
+        at, more, more_dur = _later_pieces(np.arange(len(samples)), hour[reading], end[reading])
+        sample, reading = samples[at], reading[at]
+        rk_more = _pack_row(batch, grid.dev[reading], more, grid.wl[reading])
+        tables.append(_runs(rk_more, chain_metric[sample // width], value[sample], more_dur, None, window))
+    return _sum_runs(tables)
+
+
+_CHUNK = 1 << 19  # samples per pass of ``_grid_sums``: its scratch arrays stay small and reused
+
+
+def _grid_sums(
+    value: np.ndarray,
+    w: np.ndarray,
+    bounds: np.ndarray,
+    run_chain: np.ndarray,
+    w_run: np.ndarray,
+    chain_metric: np.ndarray,
+    layout: _Layout,
+    window: Window,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per sample run (starting at ``bounds``, in chain ``run_chain``): ∫ value, idle and the
+    histogram; ``w`` is each reading's first-piece ms, shared by its device's chains. Device
+    groups at a time, so the products never fill fresh arrays of every sample (their page faults
+    cost more than the arithmetic). ``None`` when a utilization value lies outside [0, 100] %."""
+    chains, width = layout.chains, layout.width
+    per_group = chains * width
+    groups = len(value) // per_group
+    value3, w3 = value.reshape(groups, chains, width), w.reshape(groups, 1, width)
+    step = max(1, _CHUNK // per_group)
+    scratch = np.empty(min(step, groups) * per_group)
+    below = np.empty(len(scratch), dtype=bool)
+    wv, w_idle = np.empty(len(bounds)), np.empty(len(bounds))
+    hist = np.zeros((len(bounds), _N_BUCKETS))
+    is_util = _IS_UTIL[chain_metric[run_chain]]
+    edges = HIST_EDGES_PCT[1:-1]
+    for g0 in range(0, groups, step):
+        g1 = min(g0 + step, groups)
+        base = g0 * per_group
+        a, b = np.searchsorted(bounds, [base, g1 * per_group])
+        at = bounds[a:b] - base
+        size = (g1 - g0) * per_group
+        v, ww = value3[g0:g1], w3[g0:g1]
+        product = scratch[:size].reshape(v.shape)
+        np.multiply(v, ww, out=product)
+        wv[a:b] = np.add.reduceat(scratch[:size], at)
+        mask = below[:size].reshape(v.shape)
+        np.less(v, window.idle_threshold_pct, out=mask)
+        np.multiply(ww, mask, out=product)
+        w_idle[a:b] = np.add.reduceat(scratch[:size], at)
+        # Histogram of the utilization runs: observed ms at or above each inner edge, differenced
+        # (sums of whole milliseconds: exact in any order).
+        util = a + np.flatnonzero(is_util[a:b])
+        if not util.size:
+            continue
+        chain = run_chain[util]
+        util_chains = np.unique(chain)
+        util_value = value.reshape(-1, width)[util_chains]
+        if util_value.min() < 0.0 or util_value.max() > 100.0:
+            return None
+        row = np.searchsorted(util_chains, chain)
+        util_at = bounds[util] - (chain - row) * width
+        util_w = w.reshape(groups, width)[util_chains // chains]
+        weighted = scratch[: util_value.size].reshape(util_value.shape)
+        above_prev = w_run[util]
+        for i, edge in enumerate(edges):
+            np.multiply(util_w, util_value >= edge, out=weighted)
+            above = np.add.reduceat(scratch[: util_value.size], util_at)
+            hist[util, i] = above_prev - above
+            above_prev = above
+        hist[util, len(edges)] = above_prev
+    return wv, w_idle, hist
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]
@@ -656,6 +835,10 @@ def _sliced_gauge_intervals(
     key = batch.sample_key
     k = pl.col("k")
     gauges = ordered.unique.filter(pl.col("metric").is_in(_GAUGE_CODES))  # still in chain order
+    if "k" not in gauges.columns:  # chains found in order build no key (``_order``)
+        gauges = gauges.with_columns(
+            key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
+        )
     chain = key.prefix(k, "metric")
     gauges = gauges.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), chain).alias("next"))
     gauges = _shares(gauges, key.prefix(k, "ts"))
@@ -704,13 +887,22 @@ def _pieces(start: np.ndarray, end: np.ndarray, batch: _Batch) -> list[_Piece]:
     dur -= start
     segments: list[_Piece] = [(take, hour, dur)]
     if crossing.size:
-        first, last = hour[crossing] + 1, (end[crossing] - 1) // HOUR_MS
-        counts = last - first + 1
-        at = np.repeat(crossing, counts)
-        more = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(len(at))
-        more_dur = np.minimum(end[at], (more + 1) * HOUR_MS) - more * HOUR_MS
+        at, more, more_dur = _later_pieces(crossing, hour[crossing], end)
         segments.append((take[at] if take is not None else at, more, more_dur))
     return segments
+
+
+def _later_pieces(
+    crossing: np.ndarray, hour: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces after the first of intervals ``crossing`` (indices into ``end``) that start in
+    ``hour`` and cross its end: ``(at, hour, ms)``, ``at`` the interval each comes from, in order."""
+    first, last = hour + 1, (end[crossing] - 1) // HOUR_MS
+    counts = last - first + 1
+    at = np.repeat(crossing, counts)
+    more = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(len(at))
+    more_dur = np.minimum(end[at], (more + 1) * HOUR_MS) - more * HOUR_MS
+    return at, more, more_dur
 
 
 def _pack_row(batch: _Batch, dev: np.ndarray, hour: np.ndarray, wl: np.ndarray) -> np.ndarray:
@@ -732,8 +924,12 @@ def _metric_stats(segments: list[_Segment], window: Window) -> pl.DataFrame:
     (row, metric, bucket) took most of this time. Runs of a metric that is no gauge (the energy
     counter, carried along) are dropped.
     """
+    return _sum_runs([_runs(*segment, window) for segment in segments if segment[0].size])
+
+
+def _sum_runs(tables: list[dict[str, np.ndarray]]) -> pl.DataFrame:
+    """The runs of every segment (``_runs``' columns, in segment order) summed per (row, metric)."""
     hist_cols = [f"h{i}" for i in range(_N_BUCKETS)]
-    tables = [_runs(*segment, window) for segment in segments if segment[0].size]
     if not tables:
         floats = {c: pl.Float64 for c in ["w", "wv", "w_idle", *hist_cols, "v_max"]}
         return pl.DataFrame(schema={"rk": pl.Int64, "metric": pl.Int64, **floats})
@@ -894,6 +1090,34 @@ def _chain_energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFr
     return _sum_by_row(batch, dev, wl, ts[i], ts[i + 1], j_per_ms, "counter_j")
 
 
+def _grid_energy(batch: _Batch, window: Window, ordered: _Ordered, grid: _Grid) -> pl.DataFrame:
+    """``_chain_energy`` of a regular scrape: each energy chain and its times are one row of the
+    grid, so the pairs of successive readings are two shifted views, not gathered samples."""
+    chains, width = grid.layout.chains, grid.layout.width
+    chain_metric = ordered.rows["metric"].to_numpy()[ordered.starts]
+    energy_chains = np.flatnonzero(chain_metric == _ENERGY)
+    if not energy_chains.size or width < 2:
+        return pl.DataFrame(schema={"rk": pl.Int64, "counter_j": pl.Float64})
+    group = energy_chains // chains
+    ts = grid.ts.reshape(-1, width)[group]
+    value = ordered.rows["value"].to_numpy().reshape(-1, width)[energy_chains]
+    step = ts[:, 1:] - ts[:, :-1]
+    # A drop is a counter reset: the later reading counts from zero.
+    j_per_ms = value[:, 1:] - value[:, :-1]
+    np.copyto(j_per_ms, value[:, 1:], where=value[:, 1:] < value[:, :-1])
+    j_per_ms /= step
+    start, end = ts[:, :-1], ts[:, 1:]
+    dev, wl = grid.dev.reshape(-1, width)[group, :-1], grid.wl.reshape(-1, width)[group, :-1]
+    spanned = step <= window.presence_ms
+    if spanned.all():
+        return _sum_by_row(
+            batch, dev.ravel(), wl.ravel(), start.ravel(), end.ravel(), j_per_ms.ravel(), "counter_j"
+        )
+    return _sum_by_row(
+        batch, dev[spanned], wl[spanned], start[spanned], end[spanned], j_per_ms[spanned], "counter_j"
+    )
+
+
 def _sum_by_row(
     batch: _Batch,
     dev: np.ndarray,
@@ -913,7 +1137,9 @@ def _sum_by_row(
         else:
             rk.append(_pack_row(batch, dev[take], hour, wl[take]))
             x.append(weight[take] * dur)
-    pieces = pl.DataFrame({"rk": np.concatenate(rk), "x": np.concatenate(x)})
+    pieces = pl.DataFrame(
+        {"rk": np.concatenate(rk) if len(rk) > 1 else rk[0], "x": np.concatenate(x) if len(x) > 1 else x[0]}
+    )
     return pieces.group_by("rk").agg(pl.col("x").sum().alias(name))
 
 
