@@ -255,3 +255,25 @@ def test_no_currency_keeps_the_old_answers(gql: Gql, ledger: None) -> None:
         ("aws", money("6.000000000", "USD")),
         ("azure", money("5.000000000", "EUR")),
     ]
+
+
+GROUPINGS = [[], ["ENVIRONMENT"], ["PROJECT"], ["DEVICE"], ["TEAM", "GPU_MODEL"], ["ENVIRONMENT", "PROJECT"]]
+
+
+@pytest.mark.parametrize("currency", ["USD", "EUR"])
+def test_converted_rows_add_up_under_every_grouping(gql: Gql, ledger: None, currency: str) -> None:
+    """Each (day, currency) total is converted once and split back, so every grouping (and every
+    granularity) of the same window adds up to the same converted total, to the nano."""
+    totals: dict[str, set[Decimal]] = {"effectiveCost": set(), "idleWaste": set(), "reconciliation": set()}
+    for group_by in GROUPINGS:
+        eff = gql(EFFECTIVE, {"w": W, "c": currency, "g": group_by})["data"]["effectiveCost"]
+        totals["effectiveCost"].add(sum(D(r["cost"]["amount"]) for r in eff))
+        for granularity in ("TOTAL", "DAY", "HOUR"):
+            idle = gql(IDLE, {"w": W, "c": currency, "g": group_by, "gr": granularity})["data"]["idleWaste"]
+            totals["idleWaste"].add(sum(D(r["idleCost"]["amount"]) for r in idle))
+    for group_by in ([], ["PROVIDER"], ["DAY"], ["PROVIDER", "DAY"]):
+        recon = gql(RECON, {"w": W, "c": currency, "g": group_by})["data"]["reconciliation"]
+        totals["reconciliation"].add(sum(D(r["billedCost"]["amount"]) for r in recon))
+    assert {k: len(v) for k, v in totals.items()} == {"effectiveCost": 1, "idleWaste": 1, "reconciliation": 1}
+    expected = {"USD": ("39.100000000", "13.300000000"), "EUR": ("34.227272727", "11.909090909")}[currency]
+    assert (totals["effectiveCost"].pop(), totals["idleWaste"].pop()) == tuple(map(D, expected))
