@@ -112,3 +112,33 @@ def test_cli_writes_the_same_heatmap(engine: Engine, ledger: None, tmp_path: Pat
         env={"GPU_LEDGER_DATABASE_URL": url},
     )  # fmt: skip
     assert bad.exit_code != 0 and "--time-zone" in bad.output and len(bad.output) < 2_000
+
+
+@pytest.mark.parametrize(
+    ("zone", "currency", "code"),
+    [
+        ("Mars/Olympus", None, "INVALID_ARGUMENT"),
+        ("x" * 10_000, None, "INVALID_ARGUMENT"),
+        ("../../etc/passwd", None, "INVALID_ARGUMENT"),
+        ("Europe/Berlin\x00", None, "INVALID_ARGUMENT"),
+        ("Europe/Berlin", "usd'; drop table fx_rate; --", "UNKNOWN_CURRENCY"),
+        ("Europe/Berlin", "GBP", "UNKNOWN_CURRENCY"),
+    ],
+)
+def test_hostile_heatmap_arguments_over_graphql(
+    base: str, zone: str, currency: str | None, code: str
+) -> None:
+    r = httpx.post(
+        f"{base}/graphql",
+        json={
+            "query": "query($w: TimeWindow!, $z: String!, $c: String) { heatmap(window: $w, timeZone: $z, "
+            "currency: $c) { hourOfWeek } }",
+            "variables": {"w": W, "z": zone, "c": currency},
+        },
+        timeout=30,
+    )
+    assert r.status_code == 200 and "Traceback" not in r.text
+    body = r.json()
+    assert body["data"] is None
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == code and len(error["message"]) < 300, error
