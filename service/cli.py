@@ -303,6 +303,7 @@ def ingest(
         if getattr(connector, "kind", None) == "billing":
             # Billing exports are replaced by billing period, not by hour: the window as given.
             _ingest_billing(engine, name, connector, start_utc, end_utc, settings, allow_degraded)
+            _evaluate_alerts(engine, settings)
             return
         with ChunkProgress(f"ingest {name}") as progress:
             progress.set_window(*aligned)
@@ -316,6 +317,7 @@ def ingest(
                 on_chunk=progress,
                 after_ingest=settings.reprice_from_bills(),
             )
+        _evaluate_alerts(engine, settings)
     except typer.Exit:
         raise  # a billing import with failed files or DEGRADED: its summary is printed
     except MigrationError as exc:
@@ -326,6 +328,16 @@ def ingest(
         close_connector(connector)
         engine.dispose()
     typer.echo(f"{name}: {_describe(result)}")
+
+
+def _evaluate_alerts(engine: Any, settings: Settings) -> None:
+    """The alert rules after a hand-run ingest, as ``serve`` evaluates them after each scheduled
+    run (docs/alerts.md): a zombie job found by a backfill is announced now, not at the next run."""
+    from service.alerts.engine import alert_hook, utc_now
+
+    hook = alert_hook(engine, settings)
+    if hook is not None:
+        hook(utc_now())  # logs and never raises: the ingest itself succeeded
 
 
 def run_failure_line(name: str, error: Exception) -> str:
