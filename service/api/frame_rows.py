@@ -139,10 +139,6 @@ def bucket_columns(
     other field ``name``."""
     dims = [d.name.lower() for d in q.group_by]
     order = ([PERIOD] if PERIOD in frame.columns else []) + dims
-    # dictionary-encoded text (device ids read from the day segments) serializes as its text
-    frame = frame.with_columns(
-        frame[name].cast(pl.String) for name, dtype in frame.schema.items() if isinstance(dtype, pl.Enum)
-    )
 
     def cursors() -> list[str]:
         return cursor_column(page, frame, order)
@@ -158,7 +154,7 @@ def bucket_columns(
     plain = {"cursor", *dims}
     for name in columns:
         dtype = frame.schema.get(name)
-        if dtype == pl.String or (dtype == pl.Float64 and bool(frame[name].is_finite().all())):
+        if _text(dtype) or (dtype == pl.Float64 and bool(frame[name].is_finite().all())):
             plain.add(name)
     wire = {"period_start": _listing(iso)} if iso is not None else None
     # The serialized values as series, for a response written as JSON by polars (ColumnRows.json).
@@ -166,13 +162,19 @@ def bucket_columns(
     if iso is not None:
         series["period_start"] = iso
     for d in dims:
-        if frame.schema[d] == pl.String:
+        if _text(frame.schema[d]):
             series[d] = _series_of(frame, d)
     for name, make in columns.items():
         of = getattr(make, "series", None)
         if of is not None:
             series[name] = _applied_series(of, frame)
     return ColumnRows(cls, frame.height, makers, wire, frozenset(plain), series)
+
+
+def _text(dtype: pl.DataType | None) -> bool:
+    """Text, plain or dictionary-encoded (an Enum: device ids read from the day segments): both
+    list and write as their text."""
+    return dtype == pl.String or isinstance(dtype, pl.Enum)
 
 
 def _listing(make: Callable[[], pl.Series]) -> Callable[[], list[Any]]:
@@ -207,6 +209,10 @@ def cursor_series(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> pl.S
         column = frame[name]
         if column.dtype.is_integer():
             text = pl.col(name).cast(pl.String)
+        elif isinstance(column.dtype, pl.Enum):  # each dictionary value once, looked up by code
+            values = column.dtype.categories.to_list()
+            texts = pl.Series([orjson.dumps(v).decode() for v in values], dtype=pl.String)
+            text = pl.lit(texts.gather(column.to_physical()))
         else:  # each distinct value once through orjson: its JSON string, escapes and all
             distinct = column.drop_nulls().unique().to_list()
             text = pl.col(name).replace_strict(
