@@ -51,6 +51,7 @@ def prune(
     verb = "would drop" if dry_run else "dropped"
     parts = f" ({len(result.partitions_dropped)} monthly partitions)" if result.partitions_dropped else ""
     typer.echo(
-        f"{verb} {result.rows_deleted:,} hourly ledger rows before {cutoff:%Y-%m}{parts}; "
+        f"{verb} {result.rows_deleted:,} hourly ledger rows and {result.segments_deleted:,} day segments "
+        f"before {cutoff:%Y-%m}{parts}; "
         "ledger_day and the group rollups keep those days"
     )

@@ -3,7 +3,9 @@
 ``prune(conn, before)`` removes every ``ledger_hour`` row before the month start ``before``: on a
 partitioned PostgreSQL ledger by dropping the month partitions (no row-by-row delete, no bloat) and
 deleting what the DEFAULT partition holds before it; elsewhere by one DELETE. ``ledger_day`` and the
-group rollups are not touched: they keep the pruned history.
+group rollups are not touched: they keep the pruned history. The pruned days' columnar segments
+(``ledger_hour_segment``, a copy of their hours) go too: reads already skip them, and a year of
+them is disk the operator asked back.
 
 What stays exact after pruning (docs/rollups.md): answers over whole UTC days (they read
 ``ledger_day`` or ``ledger_group_day``), and any window, mid-day edges and HOUR granularity
@@ -26,11 +28,12 @@ from sqlalchemy import Connection, delete, select, text
 
 from service.dbtypes import table_of
 from service.ledger import partitions, version
-from service.models import LedgerHour, LedgerRetention
+from service.models import LedgerHour, LedgerHourSegment, LedgerRetention
 from service.timeutil import EPOCH, month_index, month_start
 
 RETENTION = table_of(LedgerRetention)
 HOUR = table_of(LedgerHour)
+SEGMENT = table_of(LedgerHourSegment)
 
 
 class PrunedHistory(Exception):
@@ -42,6 +45,7 @@ class PruneResult:
     before: dt.datetime
     partitions_dropped: list[str]
     rows_deleted: int
+    segments_deleted: int = 0
 
 
 def pruned_before(conn: Connection) -> dt.datetime | None:
@@ -93,10 +97,12 @@ def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = No
                 conn.execute(text(f"DROP TABLE {table}"))
                 dropped.append(name)
     deleted += int(conn.execute(delete(HOUR).where(HOUR.c.hour_start < before)).rowcount or 0)
+    first_kept_day = int((before - EPOCH).total_seconds()) // 86_400
+    segments = int(conn.execute(delete(SEGMENT).where(SEGMENT.c.day_index < first_kept_day)).rowcount or 0)
     boundary = pruned_before(conn)
     if boundary is None:
         conn.execute(RETENTION.insert().values(id=1, hours_before=before))
     elif boundary < before:
         conn.execute(RETENTION.update().where(RETENTION.c.id == 1).values(hours_before=before))
     version.bump(conn)  # last: answers of windows cut mid-day before the cutoff change
-    return PruneResult(before, dropped, deleted)
+    return PruneResult(before, dropped, deleted, segments)

@@ -39,7 +39,7 @@ from service.db import make_engine, migrate
 from service.ledger import partitions, retention
 from service.ledger.ingest import ingest_window
 from service.ledger.store import rebuild_days
-from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
+from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour, LedgerHourSegment
 from service.timeutil import hour_index, month_index
 
 UTC = dt.UTC
@@ -212,6 +212,7 @@ def test_prune_keeps_rollups_and_day_aligned_answers(engine: Engine) -> None:
             retention.prune(conn, dt.datetime(2025, 2, 2, tzinfo=UTC))
         result = retention.prune(conn, dt.datetime(2025, 2, 1, tzinfo=UTC))
     assert result.rows_deleted == 8
+    assert result.segments_deleted == 1  # 31 January held hours: its segment goes with them
     if engine.dialect.name == "postgresql":  # (the session's database may hold other tests' months)
         assert "ledger_hour_2025_01" in result.partitions_dropped
         assert all(name < "ledger_hour_2025_02" for name in result.partitions_dropped)
@@ -223,6 +224,8 @@ def test_prune_keeps_rollups_and_day_aligned_answers(engine: Engine) -> None:
             2025, 2, 1, tzinfo=UTC
         )
         after = [cost(conn, by_device), usage(conn, by_project), cost(conn, mid_day)]
+        segment_days = conn.execute(select(LedgerHourSegment.day_index)).scalars().all()  # type: ignore[call-overload]
+        assert segment_days and min(segment_days) >= 20120  # 2025-02-01: none left of pruned days
         assert _rollup_counts(conn) == rollups
         # day-aligned answers (ledger_day, group rollups) and group answers of any window stay exact
         assert after == answers
@@ -251,13 +254,13 @@ def test_prune_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         runner = CliRunner()
         dry = runner.invoke(app, ["prune", "--before", "2025-02", "--dry-run"])
         assert dry.exit_code == 0, dry.output
-        assert "would drop 8 hourly ledger rows before 2025-02" in dry.output
+        assert "would drop 8 hourly ledger rows and 1 day segments before 2025-02" in dry.output
         assert len(_hours(engine)) == 16
         bad = runner.invoke(app, ["prune", "--before", "2025-13"])
         assert bad.exit_code == 2 and "use YYYY-MM" in bad.output
         done = runner.invoke(app, ["prune", "--before", "2025-02"])
         assert done.exit_code == 0, done.output
-        assert "dropped 8 hourly ledger rows before 2025-02" in done.output
+        assert "dropped 8 hourly ledger rows and 1 day segments before 2025-02" in done.output
         assert len(_hours(engine)) == 8
     finally:
         engine.dispose()
