@@ -114,17 +114,19 @@ def forecast_series(
     try:
         with warnings.catch_warnings():
             # ConvergenceWarning on short or flat series: the least-squares fit is still the best
-            # found, and its residual variance widens the intervals accordingly.
+            # found, and its residual variance widens the intervals accordingly. A series the
+            # model fits exactly (SSE 0) makes statsmodels take log(0) for its information
+            # criteria as the results are read: harmless here (σ = 0), so the reads stay inside.
             warnings.simplefilter("ignore")
             fit = model.fit(use_brute=False, method="least_squares")
-        params = fit.params
-        alpha = float(params["smoothing_level"])
-        beta = float(params["smoothing_trend"])
-        gamma = float(params["smoothing_seasonal"]) if seasonal else 0.0
-        # α, β*, γ, the initial level and trend, and the 7 initial seasonal states.
-        k = 5 + (SEASON_DAYS if seasonal else 0)
-        sigma = math.sqrt(float(fit.sse) / max(n - k, 1))
-        mean = np.asarray(fit.forecast(horizon), dtype=np.float64)
+            params = fit.params
+            alpha = float(params["smoothing_level"])
+            beta = float(params["smoothing_trend"])
+            gamma = float(params["smoothing_seasonal"]) if seasonal else 0.0
+            # α, β*, γ, the initial level and trend, and the 7 initial seasonal states.
+            k = 5 + (SEASON_DAYS if seasonal else 0)
+            sigma = math.sqrt(float(fit.sse) / max(n - k, 1))
+            mean = np.asarray(fit.forecast(horizon), dtype=np.float64)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError):
         return seasonal_naive(y, horizon, levels)
     if not (np.isfinite(mean).all() and math.isfinite(sigma) and math.isfinite(alpha + beta + gamma)):

@@ -267,3 +267,17 @@ def test_seasonal_naive_fallback_by_hand() -> None:
     assert hi[0] - f.mean[0] == pytest.approx(1.959964, abs=1e-6)
     assert hi[7] - f.mean[7] == pytest.approx(1.959964 * 2**0.5, abs=1e-6)
     assert lo[5] == 0.0  # 1 − 1.96 clipped at 0
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        [0.0] * 6 + [2.2250738585072014e-308],  # found by hypothesis: log(0) inside statsmodels
+        [float(d) for d in range(14)],  # a straight line the trend model fits exactly (SSE 0)
+    ],
+)
+def test_a_history_fitted_exactly_still_forecasts(history: list[float]) -> None:
+    f = forecast_series(history, 3, (80.0,))
+    assert np.isfinite(f.mean).all() and (f.mean >= 0).all()
+    lo, hi = f.bounds[80.0]
+    assert (lo <= f.mean).all() and (f.mean <= hi).all()
