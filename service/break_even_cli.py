@@ -7,10 +7,11 @@ Imported by ``service.cli`` at start-up: nothing heavy is imported before the co
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from service.cli_options import ConfigOpt, MetricOpt
 
 COLUMNS = ("site", "GPU model", "option", "source", "provider", "instance type", "region",
            "rent /GPU-h", "own /alloc. GPU-h", "break-even alloc. %", "outcome", "cheaper now")  # fmt: skip
@@ -30,9 +31,7 @@ def break_even_command(
         str | None,
         typer.Option("--utilization-pct", help="What if busy this % of allocated time.", show_default=False),
     ] = None,
-    metric: Annotated[
-        str | None, typer.Option(help="GPU_UTIL, SM_ACTIVE, TENSOR_ACTIVE or MEM_BW.", show_default=False)
-    ] = None,
+    metric: MetricOpt = None,
     filters: Annotated[
         list[str] | None,
         typer.Option(
@@ -41,10 +40,7 @@ def break_even_command(
             show_default=False,
         ),
     ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
-    ] = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Own or rent: per owned site and GPU model, owning's cost against every renting price and the
     allocation above which owning is cheaper."""

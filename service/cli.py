@@ -25,6 +25,7 @@ from connectors.base import ConnectorError, close_connector
 from connectors.registry import default_registry
 from service.break_even_cli import break_even_command
 from service.cli_export import export_command
+from service.cli_options import ConfigOpt
 from service.timeutil import ceil_hour, floor_hour, parse_utc
 
 if TYPE_CHECKING:
@@ -119,12 +120,6 @@ def _main(
     ] = False,
 ) -> None:
     """GPU Ledger: what your GPUs cost and how much work they did."""
-
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
-]
 
 
 def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
+from service.cli_options import ConfigOpt, MetricOpt
+
 #: CLI option of each parameter, for error messages.
 OPTIONS = {
     "start": "--start",
@@ -63,9 +65,7 @@ def export_command(
             show_default=False,
         ),
     ] = None,
-    metric: Annotated[
-        str | None, typer.Option(help="GPU_UTIL, SM_ACTIVE, TENSOR_ACTIVE or MEM_BW.", show_default=False)
-    ] = None,
+    metric: MetricOpt = None,
     filters: Annotated[
         list[str] | None,
         typer.Option(
@@ -113,10 +113,7 @@ def export_command(
         str | None,
         typer.Option("--time-zone", help="heatmap: IANA time zone (e.g. Europe/Berlin).", show_default=False),
     ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="TOML config file (default: $GPU_LEDGER_CONFIG).", show_default=False),
-    ] = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Write an analytic answer (as GET /export/QUESTION.FORMAT answers it) to a file."""
     from service.cli import fail

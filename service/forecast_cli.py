@@ -19,7 +19,8 @@ import typer
 if TYPE_CHECKING:
     import polars as pl
 
-from service.cli import FAILURE_EXIT, ConfigOpt, _settings, app, database_failed, fail
+from service.cli import FAILURE_EXIT, _settings, app, database_failed, fail
+from service.cli_options import ConfigOpt, MetricOpt
 
 FORMATS = ("csv", "parquet", "arrow")
 
@@ -59,10 +60,7 @@ def forecast(
         list[str] | None,
         typer.Option("--filter", help="KEY=VALUE, repeatable (as for export).", show_default=False),
     ] = None,
-    metric: Annotated[
-        str | None,
-        typer.Option(help="Metric of effective GPU-hours (default: each device's).", show_default=False),
-    ] = None,
+    metric: MetricOpt = None,
     currency: Annotated[
         str | None,
         typer.Option(help="Convert cost to this currency per day before fitting.", show_default=False),
