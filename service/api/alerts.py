@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types import Info
@@ -85,6 +85,24 @@ STATE_ARG = Annotated[
 RULE_ARG = Annotated[str | None, strawberry.argument(description="Only this rule's alerts.")]
 
 
+def _shared_fields(r: domain.AlertRow | domain.EventRow) -> dict[str, Any]:
+    """The fields an alert and an event of its history have alike (money as decimal strings)."""
+    return {
+        "rule": r.rule,
+        "kind": r.kind,
+        "state": AlertStateName(r.state),
+        "subject_key": r.subject_key,
+        "subject": r.subject,
+        "project": r.project,
+        "team": r.team,
+        "value": _decimal(r.value),
+        "unit": r.unit,
+        "threshold": _decimal(r.threshold),
+        "message": r.message,
+        "notified": r.notified,
+    }
+
+
 def _page(ctx: ApiContext, field: str, first: int | None, after: str | None, *args: object) -> Page:
     s = ctx.settings
     return Page.of(
@@ -122,21 +140,10 @@ class AlertQuery:
         cursors = page.key_cursors((r.rule, r.subject_key) for r in rows)
         return [
             Alert(
-                rule=r.rule,
-                kind=r.kind,
-                state=AlertStateName(r.state),
-                subject_key=r.subject_key,
-                subject=r.subject,
-                project=r.project,
-                team=r.team,
-                value=_decimal(r.value),
-                unit=r.unit,
-                threshold=_decimal(r.threshold),
-                message=r.message,
+                **_shared_fields(r),
                 since=r.since,
                 first_fired_at=r.first_fired_at,
                 last_true_at=r.last_true_at,
-                notified=r.notified,
                 cursor=c,
             )
             for r, c in zip(rows, cursors, strict=True)
@@ -165,22 +172,6 @@ class AlertQuery:
         )
         cursors = page.key_cursors((r.id,) for r in rows)
         return [
-            AlertEvent(
-                rule=r.rule,
-                kind=r.kind,
-                state=AlertStateName(r.state),
-                at=r.at,
-                subject_key=r.subject_key,
-                subject=r.subject,
-                project=r.project,
-                team=r.team,
-                value=_decimal(r.value),
-                unit=r.unit,
-                threshold=_decimal(r.threshold),
-                message=r.message,
-                notified=r.notified,
-                deliveries=r.deliveries,
-                cursor=c,
-            )
+            AlertEvent(**_shared_fields(r), at=r.at, deliveries=r.deliveries, cursor=c)
             for r, c in zip(rows, cursors, strict=True)
         ]
