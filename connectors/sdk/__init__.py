@@ -31,13 +31,16 @@ from connectors.sdk.errors import (
 )
 from connectors.sdk.metrics import (
     SAMPLE_COLUMNS,
+    SAMPLE_TEXT_COLUMNS,
     DeviceInfo,
     MetricsConnector,
     SampleBatch,
     Sampling,
     WorkloadInfo,
+    categorical_sample_schema,
     devices_in,
     empty_samples,
+    sample_dtype_ok,
 )
 from connectors.sdk.timeutil import EPOCH, UTC, as_utc, from_ms, parse_utc, to_ms
 from connectors.sdk.units import (
@@ -110,6 +113,7 @@ __all__ = [
     "GAUGE_METRICS",
     "MEASURED_METRICS",
     "SAMPLE_COLUMNS",
+    "SAMPLE_TEXT_COLUMNS",
     "UTC",
     "UTIL_METRICS",
     "ConfigurationError",
@@ -125,11 +129,13 @@ __all__ = [
     "Sampling",
     "WorkloadInfo",
     "as_utc",
+    "categorical_sample_schema",
     "close_connector",
     "devices_in",
     "empty_samples",
     "from_ms",
     "parse_utc",
+    "sample_dtype_ok",
     "to_ms",
     # loaded lazily (see _LAZY)
     "BILLING_SCHEMA",

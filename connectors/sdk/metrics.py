@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 #: counter, bytes, °C); ``workload_key`` '' when nothing occupied the device at ts; ``share`` this
 #: workload's share of the device at ts (time-slicing), 1.0 alone.
 SAMPLE_COLUMNS: tuple[str, ...] = ("device_id", "ts_ms", "metric", "value", "workload_key", "share")
+#: The text columns. ``SAMPLE_SCHEMA`` lists them as String; a connector may hand any of them over
+#: as Categorical or Enum instead, and the ledger rows are the same (``sample_dtype_ok``). A
+#: connector that knows a value once per series (a Prometheus series' labels) builds the column
+#: from per-series codes, so neither it nor normalization hashes a string per sample (issue 13).
+SAMPLE_TEXT_COLUMNS: tuple[str, ...] = ("device_id", "metric", "workload_key")
 
 
 def _sample_schema() -> dict[str, pl.DataType]:
@@ -33,6 +38,24 @@ def _sample_schema() -> dict[str, pl.DataType]:
 
     types = (pl.String(), pl.Int64(), pl.String(), pl.Float64(), pl.String(), pl.Float64())
     return dict(zip(SAMPLE_COLUMNS, types, strict=True))
+
+
+def categorical_sample_schema() -> dict[str, pl.DataType]:
+    """``SAMPLE_SCHEMA`` with Categorical text columns (``SAMPLE_TEXT_COLUMNS``)."""
+    import polars as pl
+
+    schema = _sample_schema()
+    return {c: pl.Categorical() if c in SAMPLE_TEXT_COLUMNS else t for c, t in schema.items()}
+
+
+def sample_dtype_ok(column: str, dtype: pl.DataType) -> bool:
+    """Whether a samples column ``column`` of type ``dtype`` keeps the contract: the type in
+    ``SAMPLE_SCHEMA``, or Categorical/Enum for a text column."""
+    import polars as pl
+
+    if column in SAMPLE_TEXT_COLUMNS and isinstance(dtype, pl.Categorical | pl.Enum):
+        return True
+    return column in SAMPLE_COLUMNS and dtype == _sample_schema()[column]
 
 
 def __getattr__(name: str) -> Any:

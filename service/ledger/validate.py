@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from connectors.base import SAMPLE_SCHEMA
+from connectors.sdk import sample_dtype_ok
 from service.metrics_catalog import UTIL_METRICS, Metric
 
 EXAMPLES_PER_REASON = 20
@@ -51,9 +52,10 @@ def validate_samples(samples: pl.DataFrame, known_devices: Iterable[str]) -> Che
     """Split a batch into accepted samples and counted, described rejections."""
     if samples.is_empty():
         return Checked(read=0, accepted=pl.DataFrame(schema=SAMPLE_SCHEMA), rejected=0)
-    # Categorical/Enum string columns stay as they are: normalization reads their codes (issue 13).
+    # Columns that keep the contract stay as they are: Categorical/Enum text columns too, whose
+    # codes normalization reads without hashing a string per sample (issue 13).
     samples = samples.select(
-        pl.col(c) if isinstance(samples.schema.get(c), pl.Categorical | pl.Enum) else pl.col(c).cast(t)
+        pl.col(c) if c in samples.schema and sample_dtype_ok(c, samples.schema[c]) else pl.col(c).cast(t)
         for c, t in SAMPLE_SCHEMA.items()
     )
     reasons = _reasons(sorted(set(known_devices)))
