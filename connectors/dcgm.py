@@ -82,7 +82,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from connectors.sdk import SAMPLE_SCHEMA, DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
+from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
 
 MIB = 1024 * 1024
 
@@ -277,7 +277,10 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     if not meta:
         return SampleBatch(empty_samples(), [])
     names = ["sid", "key", "scale", "device_id", "parent", "mig", "fraction", "workload_key"]
-    table = pl.DataFrame(meta, schema=names, orient="row")
+    # The text columns are Categorical: each string is hashed once per series here, and every
+    # sample then carries a code (the gather below, joins, and normalization read codes only).
+    text = ("key", "device_id", "parent", "workload_key")
+    table = pl.DataFrame(meta, schema=names, orient="row").with_columns(pl.col(text).cast(pl.Categorical))
     # Each sample takes its series' row by position (a gather, not a hash join) and its value in
     # the ledger's unit in NumPy: dividing where the factor is negative (exact for mJ → J).
     sid = np.repeat(np.arange(len(meta), dtype=np.int64), [len(p) for p in ts_parts])
@@ -372,7 +375,7 @@ def _attributed(rows: pl.DataFrame, varied: set[str]) -> pl.DataFrame:
         parts.append(_memory(fb, owners, at, None))
     if multi is not None and not multi.is_empty():
         parts += _shared(multi, at)
-    columns = [pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()]
+    columns = [pl.col(c).cast(t) for c, t in categorical_sample_schema().items()]
     return pl.concat([p.select(columns) for p in parts])
 
 

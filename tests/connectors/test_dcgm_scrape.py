@@ -71,9 +71,13 @@ def test_a100_mig() -> None:
     assert _value(samples, gis[2], "mem_total_b") == (9486 + 30706) * MIB
     # The parent's power splits by slices (468.797497 W × 3/7 …) and adds up again; temp is shared.
     assert _value(samples, gis[2], "power_w") == pytest.approx(468.797497 * 3 / 7)
-    power = samples.filter(pl.col("metric") == "power_w", pl.col("device_id").str.starts_with("MIG-"))
+    power = samples.filter(
+        pl.col("metric") == "power_w", pl.col("device_id").cast(pl.String).str.starts_with("MIG-")
+    )
     assert power["value"].sum() == pytest.approx(468.797497)
-    energy = samples.filter(pl.col("metric") == "energy_j", pl.col("device_id").str.starts_with("MIG-"))
+    energy = samples.filter(
+        pl.col("metric") == "energy_j", pl.col("device_id").cast(pl.String).str.starts_with("MIG-")
+    )
     assert energy["value"].sum() == pytest.approx(414_920_642.638)
     assert _value(samples, gis[10], "temp_c") == 53.0
     assert _value(samples, full, "gpu_util") == 55.0  # a full GPU keeps DEV_GPU_UTIL
