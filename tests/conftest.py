@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from importlib import resources
 from pathlib import Path
 
+import anyio
 import pytest
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import make_url
@@ -32,6 +33,14 @@ from sqlmodel import SQLModel
 
 import service.models  # noqa: F401  (registers every table on SQLModel.metadata)
 from service.db import make_engine, migrate
+
+# anyio imports its submodules on first use, and pytest rewrites anyio's modules as it imports them
+# (anyio is a pytest plugin) with ast.parse. A live server's thread importing one (anyio.open_file,
+# for a static file) while another thread parsed raced CPython 3.11's AST recursion counter
+# ("SystemError: AST constructor recursion depth mismatch"): a response cut after its headers, in
+# CI. Import them all now, on the main thread, before any server starts.
+for _name in dir(anyio):
+    getattr(anyio, _name)
 
 # The moto server fixtures (moto, aws_client…) for every test that asks for them.
 pytest_plugins = ["awsfake.fixtures"]
@@ -46,6 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "pg_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
+
 
 PG_ADMIN_URL = os.environ.get(
     "GPU_LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
