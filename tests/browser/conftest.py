@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import fcntl
 import os
 import shutil
 import socket
@@ -36,6 +35,7 @@ import httpx
 import pytest
 import uvicorn
 from browser.demo_bills import write_bills
+from built_once import built_once
 from sqlalchemy import Engine
 
 from connectors.registry import default_registry
@@ -106,20 +106,9 @@ def _build_demo_database(path: Path) -> None:
 @pytest.fixture(scope="session")
 def demo_database(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A SQLite URL of this worker's copy of the demo database (built once for all workers)."""
-    base = tmp_path_factory.getbasetemp()
-    # Under xdist each worker's base is a folder of the run's own: the run's is shared by the workers.
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    template = shared / f"browser-demo-{DEMO_START:%Y%m%d}-{DEMO_DAYS}d.db"
-    with open(shared / "browser-demo.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not template.exists():
-                partial = template.with_suffix(".partial")
-                partial.unlink(missing_ok=True)
-                _build_demo_database(partial)
-                partial.rename(template)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    template = built_once(
+        tmp_path_factory, f"browser-demo-{DEMO_START:%Y%m%d}-{DEMO_DAYS}d.db", _build_demo_database
+    )
     mine = tmp_path_factory.mktemp("browser-demo") / "ledger.db"
     shutil.copyfile(template, mine)
     return f"sqlite:///{mine}"

@@ -10,8 +10,6 @@ the first xdist worker builds it, the others wait) and copied per module that as
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
-import os
 import shutil
 from collections.abc import Iterator
 from decimal import Decimal
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from browser.demo_bills import write_bills
+from built_once import built_once
 from sqlalchemy import Engine
 
 from connectors.registry import default_registry
@@ -73,20 +72,7 @@ def _build(path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def _november_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    template = shared / "reports-demo-2026-11.db"
-    with open(shared / "reports-demo.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not template.exists():
-                partial = template.with_suffix(".partial")
-                partial.unlink(missing_ok=True)
-                _build(partial)
-                partial.rename(template)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return template
+    return built_once(tmp_path_factory, "reports-demo-2026-11.db", _build)
 
 
 @pytest.fixture(scope="module")
