@@ -200,14 +200,12 @@ def workload_of(
     job = _label(labels, "hpc_job")
     if not pod and not job:
         return None
-    extra = {
-        "project": _label(labels, "label_project"),
-        "team": _label(labels, "label_team"),
-        "user_name": _label(labels, "label_user"),
-    }
+    project, team = _label(labels, "label_project"), _label(labels, "label_team")
+    user = _label(labels, "label_user")
     if pod:
-        return WorkloadInfo(f"k8s:{ns or ''}/{pod}/{container}", namespace=ns, workload=pod, **extra)
-    return WorkloadInfo(f"hpc:{job}", workload=job, **extra)
+        key = f"k8s:{ns or ''}/{pod}/{container}"
+        return WorkloadInfo(key, project, team, user, namespace=ns, workload=pod)
+    return WorkloadInfo(f"hpc:{job}", project, team, user, workload=job)
 
 
 def node_of(labels: Mapping[str, str], stamp: Stamp) -> str | None:

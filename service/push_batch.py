@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from connectors.sdk.shapes import DEVICE, WORKLOAD, Attribute
+from connectors.sdk.shapes import DEVICE, DEVICE_FACTS, WORKLOAD, WORKLOAD_FACTS, Attribute
 from service.metrics_catalog import Metric
 from service.timeutil import from_ms, to_ms
 
@@ -94,10 +94,17 @@ def _field(a: Attribute) -> tuple[Any, Any]:
     return kind, ... if a.required else a.default
 
 
-def _model(name: str, attributes: tuple[Attribute, ...]) -> type[_Strict]:
+#: Attribution facts (``DeviceInfo.tags``, ``WorkloadInfo.facts``): source key → value, bounded.
+MAX_FACTS = 200
+_FactKey, _FactValue = _text(300, 1), _text(300)
+_Facts: Any = Annotated[dict[_FactKey, _FactValue], Field(max_length=MAX_FACTS)]  # type: ignore[valid-type]
+
+
+def _model(name: str, attributes: tuple[Attribute, ...], facts: str) -> type[_Strict]:
     """A push model with one field per declared attribute, in declaration order (the order
-    ``content_sha256`` hashes)."""
+    ``content_sha256`` hashes), then the description's attribution facts under ``facts``."""
     fields: dict[str, Any] = {a.name: _field(a) for a in attributes}
+    fields[facts] = (_Facts, {})
     return create_model(name, __base__=_Strict, __module__=__name__, **fields)
 
 
@@ -111,8 +118,8 @@ if TYPE_CHECKING:
         workload_key: str  # '' = unallocated: accepted, nothing to store
 
 else:
-    DeviceIn = _model("DeviceIn", DEVICE)
-    WorkloadIn = _model("WorkloadIn", WORKLOAD)
+    DeviceIn = _model("DeviceIn", DEVICE, DEVICE_FACTS)
+    WorkloadIn = _model("WorkloadIn", WORKLOAD, WORKLOAD_FACTS)
 
 
 class SamplesIn(_Strict):
@@ -272,4 +279,11 @@ def content_sha256(batch: BatchIn) -> str:
     and another client, or the agent after an upgrade, may order keys, space or spell numbers
     (``1`` vs ``1.0``) differently; the same content must still be a duplicate, not a conflict.
     """
-    return hashlib.sha256(batch.model_dump_json().encode()).hexdigest()
+    # Attribution facts joined the batch later (issue 16): a batch without any hashes as before,
+    # so a batch spooled by an older agent and replayed after the upgrade is still a duplicate.
+    exclude: dict[str, Any] = {}
+    if not any(d.tags for d in batch.devices):  # type: ignore[attr-defined]
+        exclude["devices"] = {"__all__": {"tags"}}
+    if not any(w.facts for w in batch.workloads):  # type: ignore[attr-defined]
+        exclude["workloads"] = {"__all__": {"facts"}}
+    return hashlib.sha256(batch.model_dump_json(exclude=exclude).encode()).hexdigest()

@@ -318,3 +318,16 @@ def test_samples_are_stored_exactly(engine: Engine) -> None:
     assert [tuple(r) for r in stored] == list(
         zip(s["device_id"], s["ts_ms"], s["metric"], s["value"], s["workload_key"], s["share"], strict=True)
     )
+
+
+def test_a_batch_without_attribution_facts_hashes_as_before_facts_existed() -> None:
+    # Pinned from the tree before issue 16 added `tags`/`facts`: a batch an older agent spooled and
+    # replays after the service's upgrade must stay a duplicate, not become a conflict.
+    assert content_sha256(parse_batch(json.dumps(batch()).encode())) == (
+        "d0b4fe03b6bcdcb6970fcf603fc4aa5cc23913dcd7d0fb8d0d40f24030841f58"
+    )
+    with_facts = batch()
+    with_facts["workloads"][0]["facts"] = {"k8s.namespace_label:team": "vision"}
+    assert content_sha256(parse_batch(json.dumps(with_facts).encode())) != content_sha256(
+        parse_batch(json.dumps(batch()).encode())
+    )

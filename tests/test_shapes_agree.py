@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlmodel import AutoString
 
 from connectors.sdk import DeviceInfo, WorkloadInfo
-from connectors.sdk.shapes import DEVICE, DIMENSIONS, WORKLOAD, Attribute, names
+from connectors.sdk.shapes import DEVICE, DEVICE_FACTS, DIMENSIONS, WORKLOAD, WORKLOAD_FACTS, Attribute, names
 from service.analytics import devices as analytics_devices
 from service.analytics import dims
 from service.api import devices as api_devices
@@ -54,10 +54,14 @@ def test_declaration_is_consistent() -> None:
 # --- the connector contract -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cls", "attributes"), [(DeviceInfo, DEVICE), (WorkloadInfo, WORKLOAD)])
-def test_sdk_dataclasses(cls: type, attributes: tuple[Attribute, ...]) -> None:
-    fields = dataclasses.fields(cls)
+@pytest.mark.parametrize(
+    ("cls", "attributes", "facts"),
+    [(DeviceInfo, DEVICE, DEVICE_FACTS), (WorkloadInfo, WORKLOAD, WORKLOAD_FACTS)],
+)
+def test_sdk_dataclasses(cls: type, attributes: tuple[Attribute, ...], facts: str) -> None:
+    *fields, last = dataclasses.fields(cls)
     assert [f.name for f in fields] == list(names(attributes))
+    assert last.name == facts and not last.hash and last.default_factory is dict
     hints = typing.get_type_hints(cls)
     for f, a in zip(fields, attributes, strict=True):
         assert hints[f.name] == _python_type(a), f.name
@@ -69,10 +73,27 @@ def test_sdk_dataclasses(cls: type, attributes: tuple[Attribute, ...]) -> None:
 # --- push validation ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("model", "attributes"), [(DeviceIn, DEVICE), (WorkloadIn, WORKLOAD)])
-def test_push_models_follow_the_declaration(model: Any, attributes: tuple[Attribute, ...]) -> None:
+@pytest.mark.parametrize(
+    ("model", "attributes", "facts"),
+    [(DeviceIn, DEVICE, DEVICE_FACTS), (WorkloadIn, WORKLOAD, WORKLOAD_FACTS)],
+)
+def test_push_models_follow_the_declaration(
+    model: Any, attributes: tuple[Attribute, ...], facts: str
+) -> None:
     # field order is what content_sha256 hashes: a reordering would turn every replay into a conflict
-    assert list(model.model_fields) == list(names(attributes))
+    assert list(model.model_fields) == [*names(attributes), facts]
+    least = {
+        a.name: a.choices[0] if a.choices else "x" * max(a.min_length, 1) for a in attributes if a.required
+    }
+    assert model.model_validate({**least, facts: {"k8s.pod_label:app": "x" * 300}})
+    for hostile, why in (
+        ({"k": "a\x00b"}, "control characters"),
+        ({"": "v"}, "at least 1 character"),
+        ({f"k{i}": "v" for i in range(201)}, "at most 200 items"),
+        ({"k": "x" * 301}, "at most 300 characters"),
+    ):
+        with pytest.raises(ValidationError, match=why):
+            model.model_validate({**least, facts: hostile})
     least = {
         a.name: a.choices[0] if a.choices else "x" * max(a.min_length, 1) for a in attributes if a.required
     }

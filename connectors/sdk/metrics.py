@@ -11,8 +11,8 @@ agent's 100 MB RSS budget (issue 3, measured in BENCHMARKS.md).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -87,6 +87,10 @@ class DeviceInfo:
     mig_profile: str | None = None
     gpu_fraction: float = 1.0
     tdp_w: float | None = None
+    #: What the platform says about the machine, as attribution facts (``[[attribution]]`` rules
+    #: read them, docs/attribution.md): cloud instance tags/labels as ``cloud.tag:<key>``,
+    #: Kubernetes node labels as ``k8s.node_label:<key>``. Not part of the hash.
+    tags: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,13 @@ class WorkloadInfo:
     user_name: str | None = None
     namespace: str | None = None
     workload: str | None = None
+    #: What the source knows about the workload, as attribution facts keyed by source key
+    #: (docs/attribution.md): ``k8s.namespace``, ``k8s.pod``, ``k8s.pod_label:<key>``,
+    #: ``k8s.namespace_label:<key>``, ``docker.label:<key>``, ``slurm.account``,
+    #: ``slurm.partition``, ``slurm.user``, ``slurm.job``, ``cloud.tag:<key>``. ``[[attribution]]``
+    #: rules map them to project, team, user; project/team/user above are what the source itself
+    #: named (its own labels or the node agent's rules). Not part of the hash.
+    facts: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 class SampleBatch:

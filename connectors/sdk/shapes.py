@@ -96,6 +96,12 @@ WORKLOAD: tuple[Attribute, ...] = (
 )  # fmt: skip
 
 
+#: Each description's attribution facts (source key → value, docs/attribution.md): a mapping, not
+#: an attribute, last in the dataclass and the push model; ``[[attribution]]`` rules read them.
+DEVICE_FACTS = "tags"
+WORKLOAD_FACTS = "facts"
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerDimension:
     """A ledger column answers may be grouped and filtered by.
