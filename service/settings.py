@@ -41,6 +41,7 @@ The config file (``--config PATH`` or ``GPU_LEDGER_CONFIG``)::
     [[fx_rates]]     # service.pricing.fx.FxRateConfig
     [[reports]]      # service.reports.config.ReportSchedule: a report e-mailed once per month or week
     [[rent_options]]  # service.pricing.break_even.RentOptionConfig: 1y/3y/spot/on-demand rent prices
+    [[attribution]]  # service.attribution.rules.AttributionRule: who owns a row, from source facts
     [[instance_types]]  # service.billing.catalog.InstanceTypeConfig: GPUs per instance type
     instance_type = "p5.48xlarge"  # adds to (or replaces an entry of) the bundled catalog
     gpu_model = "NVIDIA H100 80GB"
@@ -87,6 +88,7 @@ from connectors.registry import (
 )
 from service.alerts.rules import AlertChannel, AlertConfigError, AlertRule, parse_alert_tables
 from service.api.answer_cache_settings import AnswerCacheSettings
+from service.attribution.rules import AttributionConfigError, AttributionRule, check_rules
 from service.auth.config import AuthSettings
 from service.billing.catalog import InstanceCatalog, InstanceTypeConfig, load_catalog
 from service.limits import Limits
@@ -124,6 +126,7 @@ TABLE_MODELS: dict[str, type[BaseModel]] = {
     "instance_types": InstanceTypeConfig,
     "reports": ReportSchedule,
     "rent_options": RentOptionConfig,
+    "attribution": AttributionRule,
 }
 
 
@@ -164,6 +167,8 @@ class Settings(BaseSettings):
     # [[reports]]: reports e-mailed once per closed period (service/reports/config.py).
     reports: list[ReportSchedule] = Field(default_factory=list)
     rent_options: list[RentOptionConfig] = Field(default_factory=list)
+    # [[attribution]]: rules naming a ledger row's owner from source facts (docs/attribution.md).
+    attribution: list[AttributionRule] = Field(default_factory=list)
     # breakEven's public on-demand price catalog (service/pricing/price_catalog.py); None = bundled.
     price_catalog_path: Path | None = None
     config_path: Path | None = Field(default=None, description="the TOML file these came from")
@@ -334,6 +339,10 @@ def load_settings(config_path: str | Path | None = None, *, registry: Registry |
     if "smtp" in data or any(k.upper().startswith(f"{ENV_PREFIX}SMTP__") for k in env):
         kwargs["smtp"] = _table(where, "smtp", SmtpSettings, data.get("smtp", {}), env)
     _check_reports(where, kwargs["reports"], kwargs.get("smtp") is not None)
+    try:
+        check_rules(kwargs["attribution"])
+    except AttributionConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     try:
         alert_tables = (data.get("alerts", []), data.get("alert_channels", []))
         kwargs["alerts"], kwargs["alert_channels"] = parse_alert_tables(
