@@ -34,6 +34,7 @@ OPTIONS = {
     "allocationPct": "--allocation-pct",
     "utilizationPct": "--utilization-pct",
     "timeZone": "--time-zone",
+    "compression": "--compression",
 }
 
 
@@ -113,6 +114,15 @@ def export_command(
         str | None,
         typer.Option("--time-zone", help="heatmap: IANA time zone (e.g. Europe/Berlin).", show_default=False),
     ] = None,
+    compression: Annotated[
+        str | None,
+        typer.Option(
+            "--compression",
+            help="arrow: compress the stream's buffers with lz4 or zstd (readers without codecs, "
+            "such as arrow-js, need the default: uncompressed).",
+            show_default=False,
+        ),
+    ] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Write an analytic answer (as GET /export/QUESTION.FORMAT answers it) to a file."""
@@ -140,11 +150,17 @@ def export_command(
         if not sep or not key.strip():
             raise fail(f"--filter {item!r}: expected KEY=VALUE (e.g. project=llm, gpuModel=H100)")
         params.setdefault(key.strip(), []).append(value)
-    _run(question, extension, params, output, config, fail)
+    _run(question, extension, params, output, config, fail, [] if compression is None else [compression])
 
 
 def _run(
-    name: str, extension: str, params: dict[str, list[str]], output: Path, config: Path | None, fail: Any
+    name: str,
+    extension: str,
+    params: dict[str, list[str]],
+    output: Path,
+    config: Path | None,
+    fail: Any,
+    compression: list[str],
 ) -> None:
     from rich.console import Console
     from sqlalchemy.exc import SQLAlchemyError
@@ -153,7 +169,7 @@ def _run(
     from service.analytics.errors import QueryError
     from service.cli import FAILURE_EXIT, _settings, database_failed
     from service.db import make_engine
-    from service.export.arguments import ParameterError, parse_args
+    from service.export.arguments import ParameterError, arrow_compression, parse_args
     from service.export.formats import Format
     from service.export.questions import QUESTIONS, ExportContext, export_frame, parameter_of
 
@@ -166,6 +182,7 @@ def _run(
         raise fail(f"--format {extension!r}: use one of {formats} (or an --output ending in one)")
     settings = _settings(config)
     try:
+        codec = arrow_compression(compression, fmt)
         args = parse_args(question, params, access=ALL, max_window_days=settings.max_window_days)
         question.columns_of(args)  # the question's own checks (focus: its version), before connecting
     except ParameterError as exc:
@@ -178,7 +195,7 @@ def _run(
         with querying, engine.connect() as conn:
             frame = export_frame(conn, question, args, context, max_rows=None)
         with console.status(f"export {question.name}: writing {frame.height} rows to {output}"):
-            _write_atomically(frame, fmt, output)
+            _write_atomically(frame, fmt, output, codec)
     except QueryError as exc:
         code = 2 if exc.code.startswith(("INVALID", "UNKNOWN", "UNSUPPORTED", "WINDOW")) else FAILURE_EXIT
         raise fail(f"{_option(parameter_of(exc))}{exc.code}: {exc.message}", code) from None
@@ -197,14 +214,14 @@ def _option(parameter: str | None) -> str:
     return f"{OPTIONS.get(parameter, f'--filter {parameter}=…')}: "
 
 
-def _write_atomically(frame: Any, fmt: Any, output: Path) -> None:
+def _write_atomically(frame: Any, fmt: Any, output: Path, compression: Any = "uncompressed") -> None:
     """Write into a temporary file beside ``output``, then rename it over ``output``: a failed or
     interrupted export never leaves a truncated file behind."""
     directory = output.parent if str(output.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as sink:
-            fmt.write(frame, sink)
+            fmt.write(frame, sink, compression=compression)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # as open() would have created it (mkstemp makes it 0600)

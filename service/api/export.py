@@ -46,8 +46,8 @@ from service.api.context import ApiContext
 from service.api.errors import clip
 from service.api.graphql import caller_key
 from service.auth.principal import principal_of
-from service.export.arguments import ParameterError, parse_args
-from service.export.formats import ARROW_COMPRESSIONS, Format, IpcCompression
+from service.export.arguments import COMPRESSION, ParameterError, arrow_compression, parse_args
+from service.export.formats import Format, IpcCompression
 from service.export.questions import QUESTIONS, ExportContext, export_frame, parameter_of
 from service.limits.gate import ConcurrencyGate, Overloaded
 from service.limits.rate import RateLimiter
@@ -56,9 +56,6 @@ from service.settings import Settings
 log = logging.getLogger("gpu_ledger.export")
 
 PATH = "/export/{question}.{format}"
-#: The parameter of an Arrow stream's buffer compression (one of :data:`ARROW_COMPRESSIONS`):
-#: the endpoint's own, not the question's (the CLI writes files uncompressed).
-COMPRESSION = "compression"
 #: Bytes per chunk of a streamed response.
 CHUNK_B = 1 << 20
 
@@ -124,7 +121,7 @@ def export_route(engine: Engine, settings: Settings) -> Route:
             return refusal(404, "NOT_FOUND", message, "format")
         params = {key: request.query_params.getlist(key) for key in request.query_params}
         try:
-            compression = _compression(params.pop(COMPRESSION, []), fmt)
+            compression = arrow_compression(params.pop(COMPRESSION, []), fmt)
             args = parse_args(
                 question, params, access=principal.access, max_window_days=settings.max_window_days
             )
@@ -159,21 +156,6 @@ def export_route(engine: Engine, settings: Settings) -> Route:
         return StreamingResponse(_chunks(data), media_type=fmt.media_type, headers=headers)
 
     return Route(PATH, export, methods=["GET"])
-
-
-def _compression(values: list[str], fmt: Format) -> IpcCompression:
-    """The ``compression`` parameter: an Arrow stream's buffer compression (default none)."""
-    if not values:
-        return "uncompressed"
-    known = ", ".join(ARROW_COMPRESSIONS)
-    if fmt is not Format.ARROW:
-        raise ParameterError(COMPRESSION, f"compression is a parameter of the arrow format ({known})")
-    if len(values) > 1:
-        raise ParameterError(COMPRESSION, "give compression once")
-    for name in ARROW_COMPRESSIONS:
-        if values[0].lower() == name:
-            return name
-    raise ParameterError(COMPRESSION, f"compression {clip(values[0])!r} is not one of {known}")
 
 
 def _encode(frame: pl.DataFrame, fmt: Format, compression: IpcCompression) -> memoryview:

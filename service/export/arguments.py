@@ -37,6 +37,7 @@ from service.analytics.dims import UTIL_METRIC_KEYS, Dimension, Granularity, Idl
 from service.analytics.errors import InvalidWindow, QueryError, WindowNotAligned
 from service.analytics.query import LedgerQuery
 from service.analytics.window import Window, check_window
+from service.export.formats import ARROW_COMPRESSIONS, Format, IpcCompression
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
 from service.timeutil import is_hour_aligned
 
@@ -62,6 +63,28 @@ class ParameterError(QueryError):
     def __init__(self, parameter: str | None, message: str, *, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.parameter = parameter
+
+
+#: The parameter of an Arrow stream's buffer compression (one of ``formats.ARROW_COMPRESSIONS``):
+#: the format's own, not the question's (``compression=lz4`` on the endpoint, ``--compression`` in
+#: the CLI).
+COMPRESSION = "compression"
+
+
+def arrow_compression(values: Sequence[str], fmt: Format) -> IpcCompression:
+    """The ``compression`` parameter's values → an Arrow stream's buffer compression (default none)."""
+    if not values:
+        return "uncompressed"
+    known = ", ".join(ARROW_COMPRESSIONS)
+    if fmt is not Format.ARROW:
+        raise ParameterError(COMPRESSION, f"compression is a parameter of the arrow format ({known})")
+    if len(values) > 1:
+        raise ParameterError(COMPRESSION, "give compression once")
+    for name in ARROW_COMPRESSIONS:
+        if values[0].lower() == name:
+            return name
+    shown = values[0] if len(values[0]) <= 40 else values[0][:39] + "…"
+    raise ParameterError(COMPRESSION, f"compression {shown!r} is not one of {known}")
 
 
 def _camel(name: str) -> str:

@@ -85,6 +85,24 @@ def test_the_file_equals_the_endpoint_answer(
             assert stdout.startswith(f"{question}: {r.headers['x-export-rows']} rows")
 
 
+@pytest.mark.parametrize("codec", ["lz4", "ZSTD"])
+def test_compression_equals_the_endpoint_and_reads_back(
+    engine: Engine, ledger: None, tmp_path: Path, codec: str
+) -> None:
+    import polars as pl
+
+    out, plain = tmp_path / "compressed.arrow", tmp_path / "plain.arrow"
+    for base in serve(engine):
+        code, _, stderr = run("usage", *W, "--group-by", "DEVICE", "--compression", codec, "-o", str(out))
+        assert code == 0, stderr
+        r = export(base, "usage", "arrow", [*WINDOW, ("groupBy", "DEVICE"), ("compression", codec)])
+        assert r.status_code == 200, r.text
+        assert out.read_bytes() == r.content
+    assert run("usage", *W, "--group-by", "DEVICE", "-o", str(plain))[0] == 0
+    assert out.read_bytes() != plain.read_bytes()
+    assert pl.read_ipc_stream(out).equals(pl.read_ipc_stream(plain))
+
+
 def test_format_option_beats_the_suffix(engine: Engine, ledger: None, tmp_path: Path) -> None:
     out = tmp_path / "answer.bin"
     code, _, stderr = run("usage", *W, "--format", "csv", "-o", str(out))
@@ -114,6 +132,8 @@ def test_format_option_beats_the_suffix(engine: Engine, ledger: None, tmp_path: 
         (("idle-waste", *W, "-o", "x.csv", "--threshold-pct", "3"), "--threshold-pct: UNSUPPORTED_THRESHOLD"),
         (("cost", *W, "-o", "x.csv", "--currency", "QQQ"), "--currency: UNKNOWN_CURRENCY"),
         (("gpus", *W, "-o", "x.csv"), "no export named 'gpus'"),
+        (("usage", *W, "-o", "x.csv", "--compression", "lz4"), "--compression: compression is a parameter"),
+        (("usage", *W, "-o", "x.arrow", "--compression", "gzip"), "--compression: compression 'gzip' is not"),
     ],
 )
 def test_mistakes_are_one_line_and_exit_2(
