@@ -10,8 +10,13 @@ keys (``WorkloadInfo.workload_key``):
 * ``docker:<container-id[:12]>`` — a Docker container (also one Docker knows under a bare cgroup);
 * ``<runtime>:<id>`` — another runtime outside Kubernetes: ``containerd:<12hex>``, ``crio:<12hex>``,
   ``other:<12hex>`` (Podman, bare 64-hex cgroups), ``systemd:<machine>`` (systemd-nspawn);
-* ``proc:<user>/<comm>`` — a process in no container (Slurm, SSH users on bare metal): ``user`` is
-  the passwd name of its real uid, or the uid itself when passwd lacks it;
+* ``slurm:<jobid>`` — a process in a Slurm job's cgroup (``job_<id>``: an array task's or a
+  heterogeneous component's own numeric id, what sacct calls ``JobIDRaw``); facts ``slurm.job``
+  and ``unix.user``, so the ``slurm`` connector's account, partition and QOS facts for the same key
+  name its owner (docs/slurm.md);
+* ``proc:<user>/<comm>`` — a process in no container (SSH users on bare metal, Slurm without its
+  cgroup plugins): ``user`` is the passwd name of its real uid, or the uid itself when passwd lacks
+  it; fact ``unix.user``;
 * ``proc:unknown/<pid>`` — the process could not be read (it exited between NVML's answer and our
   read, or ``/proc`` is mounted ``hidepid``); nothing else is known, so every label is None.
 
@@ -224,8 +229,15 @@ class ProcessAttributor:
         facts |= {f"label:{k}": v for k, v in labels.items()}
         values = self._fields(facts, labels)
         workload: str | None
+        source_facts: dict[str, str] = {}
         if ref is None:
             key, workload, fallback_user = f"proc:{unix_user or 'unknown'}/{comm}", comm, unix_user
+            source_facts = {"unix.user": unix_user} if unix_user else {}
+        elif ref.runtime == "slurm" and ref.container_id is not None:
+            # The job's owner started it: the process's real uid names a person, as outside containers.
+            key, workload, fallback_user = f"slurm:{ref.container_id}", ref.container_id, unix_user
+            source_facts = {"slurm.job": ref.container_id}
+            source_facts |= {"unix.user": unix_user} if unix_user else {}
         else:
             key = _container_key(ref, details, namespace, pod, facts["container_name"])
             workload = pod if ref.pod_uid else (details.name if details else None)
@@ -237,6 +249,7 @@ class ProcessAttributor:
             user_name=values.get("user") or fallback_user,
             namespace=namespace if ref is not None and ref.pod_uid else None,
             workload=workload,
+            facts=source_facts,
         )
 
     def _fields(self, facts: Mapping[str, str | None], labels: Mapping[str, str]) -> dict[str, str]:

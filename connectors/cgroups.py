@@ -11,6 +11,12 @@ Path shapes understood (cgroup v1 or v2, cgroupfs or systemd driver; docs/design
   ``nerdctl-<64hex>.scope``, Podman ``libpod-<64hex>.scope``, systemd-nspawn
   ``/machine.slice/machine-<name>.scope``, and a bare ``<64hex>`` directory anywhere (Docker
   ``--cgroup-parent``, CI runners).
+* Slurm jobs (Slurm's cgroup plugins, docs/slurm.md): cgroup/v2
+  ``/system.slice/[<node>_]slurmstepd.scope/job_<id>/step_<step>/{user/task_<n>|slurm}`` (the node
+  name prefix with ``--enable-multiple-slurmd``; ``slurmstepd.scope/system`` holds slurmstepd's
+  idle process, no job), cgroup/v1 ``/slurm[_<node>]/uid_<uid>/job_<id>/step_<step>/task_<n>``.
+  ``<id>`` is the job's numeric id (an array task's or a heterogeneous component's own id, sacct's
+  ``JobIDRaw``).
 
 Anything else (``/user.slice/user-1000.slice/session-3.scope``, ``/process_api/<32hex>``, ``/``) is
 not a container. The parser must see the *host's* view: a process inside a private cgroup
@@ -23,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-Runtime = Literal["docker", "containerd", "crio", "kubernetes", "systemd", "other"]
+Runtime = Literal["docker", "containerd", "crio", "kubernetes", "systemd", "slurm", "other"]
 
 _HEX64 = r"[0-9a-f]{64}"
 # `<prefix>-<64hex>[.scope]`: the runtime that made the scope, named by its prefix.
@@ -45,6 +51,12 @@ _POD = re.compile(
 )
 _QOS = re.compile(r"^(?:kubepods-)?(burstable|besteffort)(?:\.slice)?$")
 _NSPAWN = re.compile(r"^machine-(.+)\.scope$")
+# Slurm: the stepd scope (v2) or the `slurm` root and `uid_<uid>` level (v1), then `job_<id>`. Job
+# ids are 32-bit unsigned integers.
+_SLURM_V2_SCOPE = re.compile(r"^(?:.+_)?slurmstepd\.scope$")
+_SLURM_V1_ROOT = re.compile(r"^slurm(?:_.+)?$")
+_SLURM_V1_UID = re.compile(r"^uid_\d+$")
+_SLURM_JOB = re.compile(r"^job_(\d{1,10})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +67,8 @@ class ContainerRef:
     containerd, ``crio-…`` → crio); ``kubernetes`` when the path is a pod's but does not say which
     runtime made the container (the cgroupfs driver's bare ``pod<uid>/<64hex>``). A pod is known
     by ``pod_uid`` whatever the runtime. ``systemd`` is a systemd-nspawn machine (its name is the
-    ``container_id``); ``other`` is Podman or a bare 64-hex directory.
+    ``container_id``); ``slurm`` is a Slurm job (its numeric job id is the ``container_id``);
+    ``other`` is Podman or a bare 64-hex directory.
     """
 
     runtime: Runtime
@@ -78,6 +91,8 @@ def _rank(controllers: str) -> int:
 def parse_path(path: str) -> ContainerRef | None:
     """One cgroup path (``/kubepods/burstable/pod…/…``) → its container, or None."""
     segments = [s for s in path.split("/") if s]
+    if (job := _slurm_job(segments)) is not None:
+        return ContainerRef(runtime="slurm", container_id=job, pod_uid=None, qos=None, cgroup_path=path)
     in_pod = any(s.startswith("kubepods") for s in segments)
     pod_uid = qos = None
     runtime: Runtime | None = None
@@ -106,6 +121,20 @@ def parse_path(path: str) -> ContainerRef | None:
     if runtime is None:
         return None
     return ContainerRef(runtime=runtime, container_id=container_id, pod_uid=None, qos=None, cgroup_path=path)
+
+
+def _slurm_job(segments: list[str]) -> str | None:
+    """The job id of a Slurm job's cgroup path (module docstring), or None. Only Slurm's own layouts:
+    a ``job_<n>`` directory elsewhere is somebody else's."""
+    for i, seg in enumerate(segments[:-1]):
+        v2 = _SLURM_V2_SCOPE.match(seg) is not None
+        v1 = i == 0 and _SLURM_V1_ROOT.match(seg) is not None and _SLURM_V1_UID.match(segments[1]) is not None
+        job = segments[i + 1] if v2 else segments[i + 2] if v1 and len(segments) > 2 else ""
+        if (m := _SLURM_JOB.match(job)) is not None:
+            return m.group(1)
+        if v2 or v1:
+            return None
+    return None
 
 
 def parse_cgroup(text: str) -> ContainerRef | None:

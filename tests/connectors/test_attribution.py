@@ -136,6 +136,15 @@ def fake_host(root: Path) -> tuple[Path, Path]:
         102: ("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n", 1001, "pt_main_thread"),
         103: ("0::/user.slice/user-4242.slice/session-9.scope\n", 4242, "a.out"),
         104: ("0::/process_api/add5941bd36bf0c8a930b6f2d1575377\n", 0, "python"),
+        105: (
+            "11:memory:/slurm/uid_5005/job_280678/step_batch/task_0\n"
+            "10:devices:/slurm/uid_5005/job_280678/step_batch/task_0\n"
+            "2:pids:/system.slice/slurmd.service\n"
+            "1:name=systemd:/system.slice/slurmd.service\n",
+            5005,
+            "python",
+        ),
+        106: ("0::/system.slice/slurmstepd.scope/system\n", 0, "slurmstepd"),
         201: (f"0::/system.slice/docker-{TRAIN}.scope\n", 1000, "python"),
         202: (f"0::/system.slice/docker-{TRAIN}.scope\n", 0, "python"),
         203: (f"12:pids:/docker/{GONE}\n1:name=systemd:/docker/{GONE}\n", 0, "python"),
@@ -186,14 +195,36 @@ def attributor(host: tuple[Path, Path], rules=(), **kw) -> ProcessAttributor:
 # --- processes outside containers -----------------------------------------------------------------
 
 
+def proc(key: str, user: str, comm: str, **kw) -> WorkloadInfo:
+    return WorkloadInfo(
+        key, user_name=kw.pop("user_name", user), workload=comm, facts={"unix.user": user}, **kw
+    )
+
+
 def test_bare_metal_processes_are_keyed_by_user_and_command(host) -> None:
     a = attributor(host)
-    assert a.workload(101) == WorkloadInfo("proc:alice/python3", user_name="alice", workload="python3")
+    assert a.workload(101) == proc("proc:alice/python3", "alice", "python3")
+    assert a.workload(103) == proc("proc:4242/a.out", "4242", "a.out")
+    assert a.workload(104) == proc("proc:root/python", "root", "python")
+
+
+def test_slurm_jobs_are_keyed_by_job_id(host) -> None:
+    # cgroup/v2 (Slurm >= 22.05) and cgroup/v1 with a uid passwd lacks: the job, its owner as a fact.
+    a = attributor(host)
     assert a.workload(102) == WorkloadInfo(
-        "proc:bob/pt_main_thread", user_name="bob", workload="pt_main_thread"
+        "slurm:4711",
+        user_name="bob",
+        workload="4711",
+        facts={"slurm.job": "4711", "unix.user": "bob"},
     )
-    assert a.workload(103) == WorkloadInfo("proc:4242/a.out", user_name="4242", workload="a.out")
-    assert a.workload(104) == WorkloadInfo("proc:root/python", user_name="root", workload="python")
+    assert a.workload(105) == WorkloadInfo(
+        "slurm:280678",
+        user_name="5005",
+        workload="280678",
+        facts={"slurm.job": "280678", "unix.user": "5005"},
+    )
+    # slurmstepd's own idle process sits in the scope but in no job: a bare process.
+    assert a.workload(106) == proc("proc:root/slurmstepd", "root", "slurmstepd")
 
 
 def test_a_vanished_process_is_unknown(host) -> None:
@@ -207,7 +238,7 @@ def test_half_vanished_process_is_unknown(host) -> None:
 
 def test_missing_passwd_names_users_by_uid(host, caplog) -> None:
     a = ProcessAttributor(proc_root=host[0], passwd=host[0] / "nope")
-    assert a.workload(101) == WorkloadInfo("proc:1000/python3", user_name="1000", workload="python3")
+    assert a.workload(101) == proc("proc:1000/python3", "1000", "python3")
     assert "users are named by uid" in caplog.text
 
 
@@ -319,9 +350,13 @@ def test_rules_each_kind_of_match(host, docker) -> None:
         workload="bert-train-0",
     )
     assert a.workload(102) == WorkloadInfo(
-        "proc:bob/pt_main_thread", project="slurm", user_name="robert", workload="pt_main_thread"
+        "slurm:4711",
+        project="slurm",
+        user_name="robert",
+        workload="4711",
+        facts={"slurm.job": "4711", "unix.user": "bob"},
     )
-    assert a.workload(101) == WorkloadInfo("proc:alice/python3", user_name="alice", workload="python3")
+    assert a.workload(101) == proc("proc:alice/python3", "alice", "python3")
 
 
 def test_first_matching_rule_wins_per_field(host, docker) -> None:
@@ -341,7 +376,7 @@ def test_first_matching_rule_wins_per_field(host, docker) -> None:
         workload="bert-train-0",
     )
     # A process outside Kubernetes: namespace is unknown, so only the catch-all matches.
-    assert a.workload(101) == WorkloadInfo("proc:alice/python3", user_name="$nobody", workload="python3")
+    assert a.workload(101) == proc("proc:alice/python3", "alice", "python3", user_name="$nobody")
 
 
 def test_no_rule_matches_labels_only(host, docker) -> None:

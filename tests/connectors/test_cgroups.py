@@ -71,9 +71,28 @@ CRIO_STANDALONE_V2 = f"0::/machine.slice/crio-{CID}.scope\n"
 PODMAN_V2 = f"0::/machine.slice/libpod-{CID}.scope\n"
 NSPAWN_V2 = "0::/machine.slice/machine-build\\x2dbox.scope/payload\n"
 GITHUB_RUNNER_V1 = f"12:pids:/actions_job/{CID}\n0::/\n"
+# Slurm (docs/slurm.md): cgroup/v2 as a compute node shows it, a batch script's step, an ssh session
+# pam_slurm_adopt placed in the job's extern step, slurmstepd itself, --enable-multiple-slurmd's
+# node-prefixed scope; cgroup/v1 (only the controllers Slurm's plugins use name the job).
+SLURM_V2 = "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0\n"
+SLURM_V2_BATCH = "0::/system.slice/slurmstepd.scope/job_4711/step_batch/user/task_special\n"
+SLURM_V2_EXTERN = "0::/system.slice/slurmstepd.scope/job_42/step_extern/user\n"
+SLURM_V2_STEPD = "0::/system.slice/slurmstepd.scope/job_3385/step_interactive/slurm\n"
+SLURM_V2_MULTI = "0::/system.slice/gamba1_slurmstepd.scope/job_3385/step_0/user/task_3\n"
+SLURM_V1 = """11:freezer:/slurm/uid_2101171/job_280678/step_interactive/task_0
+10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0
+7:memory:/slurm/uid_2101171/job_280678/step_interactive/task_0
+6:pids:/system.slice/slurmd.service
+1:name=systemd:/system.slice/slurmd.service
+"""
+SLURM_V1_MULTI = "4:cpuset:/slurm_node07/uid_1000/job_17/step_0\n"
 # Not containers.
+SLURM_V2_IDLE = "0::/system.slice/slurmstepd.scope/system\n"  # `slurmstepd infinity`, no job
+SLURM_V2_SLURMD = "0::/system.slice/slurmstepd.scope/slurmd\n"  # slurmd started by hand
+NOT_SLURM_JOB = "0::/user.slice/job_123/step_0\n"  # a `job_<n>` directory of somebody else
+SLURM_V1_NO_UID = "4:cpuset:/slurm/job_17/step_0\n"
+SLURM_V2_BAD_ID = "0::/system.slice/slurmstepd.scope/job_12a/step_0\n"
 SSH_SESSION_V2 = "0::/user.slice/user-1000.slice/session-3.scope\n"
-SLURM_V2 = "0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n"
 H200_PROBE = "0::/process_api/add5941bd36bf0c8a930b6f2d1575377\n"  # nvml_probe.json child_cgroup
 CRIO_CONMON_V2 = f"0::/machine.slice/crio-conmon-{CID}.scope\n"  # CRI-O's monitor, not the container
 NAMESPACED = "0::/\n"  # read from inside a private cgroup namespace: nothing to see
@@ -130,7 +149,22 @@ def ref(runtime, path, cid=CID, pod=None, qos=None) -> ContainerRef:
         pytest.param(NSPAWN_V2, ref("systemd", NSPAWN_V2[3:-1], cid="build\\x2dbox"), id="nspawn"),
         pytest.param(GITHUB_RUNNER_V1, ref("other", f"/actions_job/{CID}"), id="bare-64hex"),
         pytest.param(SSH_SESSION_V2, None, id="ssh-session"),
-        pytest.param(SLURM_V2, None, id="slurm-step"),
+        pytest.param(SLURM_V2, ref("slurm", SLURM_V2[3:-1], cid="1392969"), id="slurm-v2-step"),
+        pytest.param(SLURM_V2_BATCH, ref("slurm", SLURM_V2_BATCH[3:-1], cid="4711"), id="slurm-v2-batch"),
+        pytest.param(SLURM_V2_EXTERN, ref("slurm", SLURM_V2_EXTERN[3:-1], cid="42"), id="slurm-v2-extern"),
+        pytest.param(SLURM_V2_STEPD, ref("slurm", SLURM_V2_STEPD[3:-1], cid="3385"), id="slurm-v2-stepd"),
+        pytest.param(SLURM_V2_MULTI, ref("slurm", SLURM_V2_MULTI[3:-1], cid="3385"), id="slurm-v2-multi"),
+        pytest.param(
+            SLURM_V1,
+            ref("slurm", "/slurm/uid_2101171/job_280678/step_interactive/task_0", cid="280678"),
+            id="slurm-v1",
+        ),
+        pytest.param(SLURM_V1_MULTI, ref("slurm", SLURM_V1_MULTI[9:-1], cid="17"), id="slurm-v1-multi"),
+        pytest.param(SLURM_V2_IDLE, None, id="slurm-stepd-idle"),
+        pytest.param(SLURM_V2_SLURMD, None, id="slurm-slurmd"),
+        pytest.param(NOT_SLURM_JOB, None, id="job-dir-outside-slurm"),
+        pytest.param(SLURM_V1_NO_UID, None, id="slurm-v1-no-uid"),
+        pytest.param(SLURM_V2_BAD_ID, None, id="slurm-bad-job-id"),
         pytest.param(H200_PROBE, None, id="h200-process-api"),
         pytest.param(CRIO_CONMON_V2, None, id="crio-conmon"),
         pytest.param(NAMESPACED, None, id="private-cgroupns"),
