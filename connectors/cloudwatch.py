@@ -23,8 +23,11 @@ following ``NextToken``).
 ``InstanceId``. A series without ``InstanceId`` (the site did not append it) becomes
 ``<host>/gpu<index>`` with ``instance_id=None``: it cannot join the bill by resource id.
 ``InstanceType`` comes from the dimension, else from ``ec2:DescribeInstances`` (cached per
-instance). ``gpu_model`` is ``name``; ``node`` is ``host``. Series without an ``index`` dimension
-(the agent's ``aggregation_dimensions`` roll-ups) are not per-GPU and are skipped.
+instance), which also gives the instance's tags as ``DeviceInfo.tags`` (``cloud.tag:<Key>``, the
+attribution facts ``[[attribution]]`` rules read; ``instance_tags = false`` asks EC2 only for
+instances without an ``InstanceType`` dimension and reads no tags). ``gpu_model`` is ``name``;
+``node`` is ``host``. Series without an ``index`` dimension (the agent's
+``aggregation_dimensions`` roll-ups) are not per-GPU and are skipped.
 
 **Container Insights** (namespace ``ContainerInsights``, EKS with enhanced observability and
 accelerated-compute metrics; ``container_insights = false`` turns it off): per-GPU ``node_gpu_*``
@@ -113,6 +116,7 @@ from connectors.cloud import (
     permission_error,
     to_samples,
 )
+from connectors.cloud_tags import facts
 from connectors.cloudwatch_aws import (
     DENIED,
     PERMISSIONS,
@@ -179,6 +183,7 @@ class CloudWatchConfig(CloudMetricsConfig):
     * ``collection_interval_s``: the agent's ``metrics_collection_interval`` for ``nvidia_gpu``
       (default 60 s, the agent's own default, which the section inherits unless it sets one);
       one ``SampleCount`` stands for this many observed seconds.
+    * ``instance_tags``: read every GPU instance's tags with ``ec2:DescribeInstances`` (default on).
     * ``period_s`` (default 60; 1, 5, 10, 30 or a multiple of 60, as CloudWatch allows), retries,
       timeouts and ``presence_gap_s``: see :class:`connectors.cloud.CloudMetricsConfig`.
     """
@@ -198,6 +203,7 @@ class CloudWatchConfig(CloudMetricsConfig):
     account_id: str | None = Field(None, pattern=r"^\d{12}$")
     endpoint_url: str | None = None
     collection_interval_s: int = Field(60, ge=1, le=86_400)
+    instance_tags: bool = True
 
     @field_validator("period_s")
     @classmethod
@@ -335,7 +341,8 @@ class CloudWatchConnector(AwsCalls):
         self._make_client = make_client if make_client is not None else client_factory(config)
         self._clock = clock
         self._init_aws()
-        self._instance_types: dict[tuple[str, str], str | None] = {}
+        #: (region, instance id) → (instance type, tags as facts); None: EC2 does not know it
+        self._instances: dict[tuple[str, str], tuple[str | None, dict[str, str]] | None] = {}
         #: how Container Insights container readings were tied to GPUs, or why not (counted)
         self.attribution = Attribution()
 
@@ -395,7 +402,7 @@ class CloudWatchConnector(AwsCalls):
                 ref = ContainerRef.of(dict(series.dims))
                 if ref is not None:  # else a roll-up, not one container on one GPU
                     listed.append(_Listed(series, None, ref.workload_key, 2, ref))
-        self._fill_instance_types(region, listed)
+        self._describe_instances(region, listed)
         return listed
 
     def _list(self, region: str, namespace: str, names: Iterable[str]) -> list[_Series]:
@@ -433,15 +440,15 @@ class CloudWatchConnector(AwsCalls):
             gpu_index=index,
         )
 
-    def _fill_instance_types(self, region: str, listed: list[_Listed]) -> None:
-        missing = sorted(
-            {
-                x.device.instance_id
-                for x in listed
-                if x.device and x.device.instance_id and not x.device.instance_type
-            }
-            - {i for r, i in self._instance_types if r == region}
-        )
+    def _describe_instances(self, region: str, listed: list[_Listed]) -> None:
+        """Instance types the dimensions lack and (``instance_tags``) every instance's tags, from
+        ``ec2:DescribeInstances``, 200 ids a call, cached per instance."""
+        wanted = {
+            x.device.instance_id
+            for x in listed
+            if x.device and x.device.instance_id and (self.config.instance_tags or not x.device.instance_type)
+        }
+        missing = sorted(wanted - {i for r, i in self._instances if r == region})
         if missing:
             ec2 = self._client(region, "ec2")
             for first in range(0, len(missing), 200):
@@ -449,19 +456,31 @@ class CloudWatchConnector(AwsCalls):
                 paginator = ec2.get_paginator("describe_instances")
                 pages = paginator.paginate(Filters=[{"Name": "instance-id", "Values": ids}])
                 found = {
-                    instance["InstanceId"]: instance.get("InstanceType")
+                    instance["InstanceId"]: (
+                        instance.get("InstanceType"),
+                        facts((t.get("Key"), t.get("Value")) for t in instance.get("Tags", [])),
+                    )
                     for page in self._call(functools.partial(list, pages), "ec2:DescribeInstances")
                     for reservation in page.get("Reservations", [])
                     for instance in reservation.get("Instances", [])
                 }
                 for instance_id in ids:  # gone from EC2 (terminated long ago): stays unknown
-                    self._instance_types[(region, instance_id)] = found.get(instance_id)
+                    self._instances[(region, instance_id)] = found.get(instance_id)
         for position, item in enumerate(listed):
             device = item.device
-            if device is not None and device.instance_id and not device.instance_type:
-                known = self._instance_types.get((region, device.instance_id))
-                if known:
-                    listed[position] = replace(item, device=replace(device, instance_type=known))
+            if device is None or not device.instance_id:
+                continue
+            known = self._instances.get((region, device.instance_id))
+            if known is None:
+                continue
+            instance_type, tags = known
+            filled = replace(
+                device,
+                instance_type=device.instance_type or instance_type,
+                tags=tags if self.config.instance_tags else device.tags,
+            )
+            if filled != device or filled.tags != device.tags:
+                listed[position] = replace(item, device=filled)
 
     # ---- reading
 

@@ -143,8 +143,9 @@ def test_throttling_is_retried_by_botocore_then_succeeds(moto: str, aws_client: 
     fault = json_error(400, "Throttling", "Rate exceeded")
     with FaultProxy(moto, fault, failures=1) as proxy, _connector(proxy.url, 1) as connector:
         samples = _collect(connector, T0, T0 + M)
-    # the first ListMetrics throttled and retried, 4 more (one per agent metric), 1 GetMetricData
-    assert proxy.requests == 1 + 5 + 1
+    # the first ListMetrics throttled and retried, 4 more (one per agent metric), 1 DescribeInstances
+    # (the instance's tags), 1 GetMetricData
+    assert proxy.requests == 1 + 5 + 1 + 1
     assert samples["value"].to_list() == [42.0]
 
 
