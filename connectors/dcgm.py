@@ -76,12 +76,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
 
+from connectors.exporter_profile import (
+    DEFAULT_EXPORTER_POD_PATTERN,
+    DEFAULT_NODE_LABELS,
+    DEFAULT_POD_LABELS,
+    ExporterProfile,
+    Series,
+    Stamp,
+)
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
 
 MIB = 1024 * 1024
@@ -107,14 +114,21 @@ _FB = ["fb_used", "fb_free", "fb_reserved"]
 DEVICE_LEVEL = ["power_w", "energy_j", "temp_c"]
 _SPLIT = ["power_w", "energy_j"]  # additive: a MIG instance gets its fraction
 _INSTANCE = ["sm_active", "tensor_active", "mem_bw", "gr_engine", *_FB]  # per GPU instance
-DEFAULT_NODE_LABELS = ("node", "kubernetes_node", "NODE_NAME", "hostname", "Hostname")
-#: (namespace, pod, container) label triples, first pod found wins
-DEFAULT_POD_LABELS: tuple[tuple[str, str, str], ...] = (
-    ("exported_namespace", "exported_pod", "exported_container"),
-    ("namespace", "pod", "container"),
-    ("pod_namespace", "pod_name", "container_name"),
-)
-DEFAULT_EXPORTER_POD_PATTERN = r"dcgm-exporter"
+__all__ = [  # Series, Stamp and the label defaults live in connectors.exporter_profile now
+    "DEFAULT_EXPORTER_POD_PATTERN",
+    "DEFAULT_NODE_LABELS",
+    "DEFAULT_POD_LABELS",
+    "FIELDS",
+    "PROFILE",
+    "Series",
+    "Stamp",
+    "field_key",
+    "mig_fraction",
+    "node_of",
+    "target_pods",
+    "to_batch",
+    "workload_of",
+]
 _MIG_UUID_LABELS = ("dra_mig_device_uuid",)
 _SLICES = re.compile(r"^(\d+)g\.")
 
@@ -123,37 +137,6 @@ def field_key(name: str) -> str | None:
     """The exporter field a metric name is, whatever its case (#272): ``FIELDS`` key or None."""
     upper = name.upper()
     return upper if upper in FIELDS else None
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One exporter time series: its field name, its labels and its readings (ms, raw unit)."""
-
-    field: str
-    labels: Mapping[str, str]
-    ts_ms: np.ndarray  # int64
-    values: np.ndarray  # float64
-
-
-@dataclass(frozen=True, slots=True)
-class Stamp:
-    """What the source's configuration adds to every device, and how its labels are read."""
-
-    environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"
-    region: str | None = None
-    cluster: str | None = None
-    node: str | None = None  # overrides node_labels (the node agent knows where it runs)
-    node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
-    pod_labels: tuple[tuple[str, str, str], ...] = DEFAULT_POD_LABELS
-    exporter_pod_pattern: str = DEFAULT_EXPORTER_POD_PATTERN
-    _exporter: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        pattern = self.exporter_pod_pattern or r"(?!)"  # '' matches nothing
-        object.__setattr__(self, "_exporter", re.compile(pattern))
-
-    def is_exporter_pod(self, name: str) -> bool:
-        return self._exporter.search(name) is not None
 
 
 def mig_fraction(profile: str | None, model: str | None) -> float:
@@ -432,3 +415,17 @@ def _memory(
         variable_name="metric",
         value_name="value",
     ).filter(pl.col("value").is_not_null())
+
+
+#: NVIDIA's exporter as a profile of the Prometheus connectors (connectors.exporter_profile)
+PROFILE = ExporterProfile(
+    name="dcgm",
+    vendor="nvidia",
+    exporter="dcgm-exporter",
+    fields=tuple(FIELDS),
+    to_batch=to_batch,
+    exporter_pod_pattern=DEFAULT_EXPORTER_POD_PATTERN,
+    check_query='count by (job) ({__name__=~"DCGM_FI_.*"})',
+    any_case=True,
+    shown_fields="DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_*",
+)

@@ -1,4 +1,7 @@
-"""``dcgm_scrape``: read a dcgm-exporter ``/metrics`` page directly, without Prometheus.
+"""``dcgm_scrape``: read a GPU exporter's ``/metrics`` page directly, without Prometheus.
+
+dcgm-exporter by default; another vendor's exporter with ``exporter = "<profile>"``
+(:mod:`connectors.exporter_profile`).
 
 A scrape is *now*: it cannot answer for a past window. So the class's real interface is
 :meth:`DcgmScrapeConnector.scrape` — one reading of every GPU at the scrape time — and it is meant
@@ -9,7 +12,8 @@ lies in the window asked for and yields nothing otherwise. Use the ``prometheus`
 history.
 
 The text is parsed with ``prometheus_client``'s parser; the mapping to samples (units, MIG, pods,
-node) is :mod:`connectors.dcgm`'s, shared with the ``prometheus`` connector.
+node) is the profile's (:mod:`connectors.dcgm` for dcgm-exporter), shared with the ``prometheus``
+connector.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from connectors.dcgm import Series, Stamp, field_key, to_batch
+from connectors import dcgm
+from connectors.exporter_profile import ExporterProfile, Series, Stamp
 from connectors.prometheus import HttpSourceConfig, build_client, request_with_retries
 from connectors.sdk import ConnectorConfig, DeviceInfo, SampleBatch, Sampling, to_ms
 
@@ -45,11 +50,14 @@ class DcgmScrapeConfig(HttpSourceConfig):
     node: str | None = None
 
 
-def parse_metrics(text: str, ts_ms: int, stamp: Stamp) -> SampleBatch:
-    """A ``/metrics`` page as samples at ``ts_ms`` (a sample's own timestamp wins where it has one)."""
+def parse_metrics(
+    text: str, ts_ms: int, stamp: Stamp, profile: ExporterProfile = dcgm.PROFILE
+) -> SampleBatch:
+    """A ``/metrics`` page of ``profile``'s exporter as samples at ``ts_ms`` (a sample's own
+    timestamp wins where it has one)."""
     series: list[Series] = []
     for family in text_string_to_metric_families(text):
-        name = field_key(family.name)  # any case: some pipelines lower-case names (#272)
+        name = profile.field_of(family.name)  # DCGM: any case, some pipelines lower-case (#272)
         if name is None:
             continue
         for sample in family.samples:  # one per GPU or MIG instance
@@ -59,7 +67,7 @@ def parse_metrics(text: str, ts_ms: int, stamp: Stamp) -> SampleBatch:
             series.append(
                 Series(name, sample.labels, np.array([at], np.int64), np.array([sample.value], float))
             )
-    return to_batch(series, stamp)
+    return profile.to_batch(series, stamp)
 
 
 class DcgmScrapeConnector:
@@ -82,12 +90,13 @@ class DcgmScrapeConnector:
         self._client = client if client is not None else build_client(config)
         self._clock, self._sleep = clock, sleep
         self._stamp = config.stamp(node=config.node)
+        self._profile = config.exporter_profile()
 
     def scrape(self) -> SampleBatch:
         """Every GPU's reading now, timestamped with the clock at the request."""
         now = self._clock()
         response = request_with_retries(self._client, self.config, self.config.url, {}, self._sleep)
-        return parse_metrics(response.text, to_ms(now), self._stamp)
+        return parse_metrics(response.text, to_ms(now), self._stamp, self._profile)
 
     def close(self) -> None:
         """Close the HTTP client the connector made itself (an injected one is the caller's)."""

@@ -1,12 +1,13 @@
 """Raw samples from a Prometheus server: what the ``prometheus`` connector reads, and how.
 
 * **Which fields.** One metadata call per chunk, ``/api/v1/label/__name__/values`` with
-  ``match[]={__name__=~"(?i)(DCGM_FI_DEV_GPU_UTIL|…)", <label_selector>}`` and the chunk's
+  ``match[]={__name__=~"(?i)(DCGM_FI_DEV_GPU_UTIL|…)", <label_selector>}`` (the fields of the
+  connector's exporter profile, :mod:`connectors.exporter_profile`) and the chunk's
   ``start``/``end``, names the exporter fields stored there, in whatever case they are stored;
   only those are asked for. The exporter's own spellings win: a case variant
   (``dcgm_fi_dev_gpu_util``, exporter issue #272) is read only in a chunk where no field is stored
-  under its exporter name (a fleet stored in both cases needs one connector per spelling, split by
-  ``label_selector``).
+  under its exporter name, and only for a profile whose names are case-insensitive (a fleet stored
+  in both cases needs one connector per spelling, split by ``label_selector``).
 * **Raw samples.** A field is read with an instant query of a range selector,
   ``NAME{<label_selector>}[<span>ms]`` at the span's last millisecond: the matrix holds every
   stored sample at the scrape's own timestamp (no grid, no lookback, staleness markers left out).
@@ -41,7 +42,7 @@ import httpx
 import orjson
 import polars as pl
 
-from connectors.dcgm import FIELDS, Series
+from connectors.exporter_profile import ExporterProfile, Series
 from connectors.prom_decode import MatrixError, decode_matrix
 from connectors.sdk import ConnectorError, DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
 
@@ -56,25 +57,29 @@ _TOO_MANY = re.compile(r"too many samples", re.IGNORECASE)
 Get = Callable[[str, dict[str, str], frozenset[int]], httpx.Response]
 
 
-def stored_fields(names: Iterable[str]) -> list[str]:
+def stored_fields(names: Iterable[str], profile: ExporterProfile) -> list[str]:
     """Names to read of those stored: exporter spellings if any is stored, else case variants."""
-    known = sorted({n for n in names if n.upper() in FIELDS})
-    exact = [n for n in known if n in FIELDS]
+    known = sorted({n for n in names if profile.field_of(n) is not None})
+    spelled = set(profile.stored_names)
+    exact = [n for n in known if n in spelled]
     return exact or known
 
 
 class RawReader:
     """Reads one field's raw samples over a span, in queries Prometheus and memory can hold."""
 
-    def __init__(self, base_url: str, selector: str, get: Get, max_query_samples: int) -> None:
+    def __init__(
+        self, base_url: str, selector: str, get: Get, max_query_samples: int, profile: ExporterProfile
+    ) -> None:
         self._url, self._selector, self._get = base_url, selector, get
+        self._profile = profile
         self._max_samples = max_query_samples
         self._rate: dict[str, float] = {}  # samples per ms of span, per field name, last seen
         self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="prometheus-query")
 
     def present(self, first_ms: int, end_ms: int) -> list[str]:
         """Exporter fields with samples stored in ``[first_ms, end_ms)``, as stored."""
-        alternatives = "|".join(FIELDS)
+        alternatives = "|".join(self._profile.stored_names)  # metric names: no regex metacharacters
         matchers = [f'__name__=~"(?i)({alternatives})"', *([self._selector] if self._selector else [])]
         params = {
             "match[]": "{" + ", ".join(matchers) + "}",
@@ -87,7 +92,7 @@ class RawReader:
             body = orjson.loads(response.content)
             if body.get("status") != "success" or not isinstance(body.get("data"), list):
                 raise ConnectorError(f"{url}: {body.get('errorType')}: {body.get('error')}")
-            return stored_fields(str(name) for name in body["data"])
+            return stored_fields((str(name) for name in body["data"]), self._profile)
         except (ValueError, AttributeError) as exc:
             raise ConnectorError(f"{url}: unreadable label values answer: {exc}") from exc
 

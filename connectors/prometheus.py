@@ -1,6 +1,9 @@
-"""``prometheus``: dcgm-exporter metrics from a Prometheus server's HTTP API, as raw samples.
+"""``prometheus``: GPU exporter metrics from a Prometheus server's HTTP API, as raw samples.
 
-Most on-prem sites already scrape dcgm-exporter with Prometheus; this connector reads that history.
+Most on-prem sites already scrape their GPUs' exporter with Prometheus — NVIDIA's dcgm-exporter
+(the default), AMD's device-metrics-exporter (``exporter = "amd"``), …; this connector
+reads that history. Which series it asks for and how they become samples is the exporter profile's
+(:mod:`connectors.exporter_profile`); everything below is the same for every vendor.
 Each reading keeps the scrape's own timestamp: a field is read with a range selector over the
 chunk (``/api/v1/query`` of ``FIELD{selector}[span]``), after one metadata call per chunk that
 names the fields stored there, in any case (``dcgm_fi_dev_gpu_util``, exporter issue #272).
@@ -10,7 +13,7 @@ reading stands for its field until the field's next scrape, at most ``2 × step_
 (``Sampling.every``): one missed scrape is bridged, a longer outage is unobserved from the last
 scrape + 2 steps; from there a silence up to ``presence_gap_s`` keeps the GPU present. Windows are
 cut into chunks of at most one day, one batch each. The field → metric mapping, units, MIG and
-pod rules are :mod:`connectors.dcgm`'s. When no field is stored in a chunk,
+pod rules are the profile's (for dcgm-exporter :mod:`connectors.dcgm`'s). When no field is stored in a chunk,
 ``missing_data_hint`` says what to check (the ingest puts it in the run's ``MISSING_DATA`` message).
 
 Services that speak the Prometheus API but were not checked for raw range queries and label
@@ -40,14 +43,13 @@ import httpx
 import numpy as np
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.dcgm import (
-    DEFAULT_EXPORTER_POD_PATTERN,
+from connectors import exporter_profiles
+from connectors.exporter_profile import (
     DEFAULT_NODE_LABELS,
     DEFAULT_POD_LABELS,
-    FIELDS,
+    ExporterProfile,
     Series,
     Stamp,
-    to_batch,
 )
 from connectors.prom_raw import HOUR_MS, LATE_MS, Held, RawReader, hold
 from connectors.sdk import (
@@ -96,9 +98,14 @@ class HttpSourceConfig(ConnectorConfig):
       never a workload.
     * ``exporter_pod_pattern``: a regular expression (searched) for the exporter's own pod name,
       which Prometheus attaches as ``pod`` to every series, idle GPUs included; such a pod is never
-      a workload nor a node (old exporters wrote it as ``Hostname``). Default ``dcgm-exporter``
-      (the GPU Operator's ``nvidia-dcgm-exporter-…``, the chart's ``dcgm-exporter-…``); ``""``
-      turns it off.
+      a workload nor a node (old exporters wrote it as ``Hostname``). Default: the profile's —
+      ``dcgm-exporter`` for ``dcgm`` (the GPU Operator's ``nvidia-dcgm-exporter-…``, the chart's
+      ``dcgm-exporter-…``); ``""`` turns it off.
+    * ``exporter``: which vendor's exporter the series come from, the name of its profile
+      (:mod:`connectors.exporter_profiles`):
+      ``dcgm`` (default, NVIDIA dcgm-exporter), ``amd`` (ROCm device-metrics-exporter), …;
+      ``metric_prefix``: a prefix the exporter writes before every metric name (AMD's
+      ``MetricsFieldPrefix``), default none.
     """
 
     url: str
@@ -116,7 +123,16 @@ class HttpSourceConfig(ConnectorConfig):
     cluster: str | None = None
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS
     pod_labels: tuple[tuple[str, str, str], ...] = DEFAULT_POD_LABELS
-    exporter_pod_pattern: str = DEFAULT_EXPORTER_POD_PATTERN
+    exporter_pod_pattern: str | None = None
+    exporter: str = exporter_profiles.DEFAULT
+    metric_prefix: str = Field("", pattern=r"^([A-Za-z_:][A-Za-z0-9_:]*)?$", max_length=100)
+
+    @field_validator("exporter")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        if name not in exporter_profiles.names():
+            raise ValueError(f"unknown exporter profile: one of {', '.join(exporter_profiles.names())}")
+        return name
 
     @field_validator("url")
     @classmethod
@@ -127,7 +143,9 @@ class HttpSourceConfig(ConnectorConfig):
 
     @field_validator("exporter_pod_pattern")
     @classmethod
-    def _regex(cls, pattern: str) -> str:
+    def _regex(cls, pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
         try:
             re.compile(pattern)
         except re.error as exc:
@@ -142,7 +160,12 @@ class HttpSourceConfig(ConnectorConfig):
             raise ValueError("give basic auth (username/password) or bearer_token, not both")
         return self
 
+    def exporter_profile(self) -> ExporterProfile:
+        """The configured exporter's profile (its metric prefix applied)."""
+        return exporter_profiles.profile(self.exporter, self.metric_prefix)
+
     def stamp(self, node: str | None = None) -> Stamp:
+        pattern = self.exporter_pod_pattern
         return Stamp(
             self.environment,
             self.region,
@@ -150,7 +173,7 @@ class HttpSourceConfig(ConnectorConfig):
             node,
             self.node_labels,
             self.pod_labels,
-            self.exporter_pod_pattern,
+            self.exporter_profile().exporter_pod_pattern if pattern is None else pattern,
         )
 
     def auth(self) -> httpx.Auth | None:
@@ -289,7 +312,10 @@ class PrometheusConnector:
         self._clock, self._sleep = clock, sleep
         self._step_ms = round(config.step_s * 1000)
         self._stamp = config.stamp()
-        self._reader = RawReader(config.url, config.label_selector, self._get, config.max_query_samples)
+        self._profile = config.exporter_profile()
+        self._reader = RawReader(
+            config.url, config.label_selector, self._get, config.max_query_samples, self._profile
+        )
         self._held: Held | None = None
         #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
         self.missing_data_hint: str | None = None
@@ -347,7 +373,7 @@ class PrometheusConnector:
             series = [s for name in names for s in self._reader.read(name, at, chunk_end)]
             if not names:
                 self.missing_data_hint = self._hint(at, chunk_end - self._step_ms)
-            batch = to_batch(series, self._stamp)
+            batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
             batches.append(batch)
             if batch.samples.height:
                 yield batch
@@ -365,12 +391,13 @@ class PrometheusConnector:
         chunk_first = first
         while chunk_first <= last:
             chunk_last = min(last, chunk_first + (per_chunk - 1) * step)
-            series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last)]
-            if not series:
-                series = [s for name in FIELDS for s in self._query(name, chunk_first, chunk_last, True)]
+            names = self._profile.stored_names
+            series = [s for name in names for s in self._query(name, chunk_first, chunk_last)]
+            if not series and self._profile.any_case:
+                series = [s for name in names for s in self._query(name, chunk_first, chunk_last, True)]
             if not series:
                 self.missing_data_hint = self._hint(chunk_first, chunk_last)
-            batch = to_batch(series, self._stamp)
+            batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
             if batch.samples.height:
                 yield batch
             chunk_first = chunk_last + step
@@ -378,13 +405,8 @@ class PrometheusConnector:
     def _hint(self, first_ms: int, last_ms: int) -> str:
         where = f"{{{self.config.label_selector}}}" if self.config.label_selector else "any labels"
         span = f"{dt.datetime.fromtimestamp(first_ms / 1000, dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
-        return (
-            f"no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_*, … in any case) with "
-            f"{where} from {span} for {(last_ms - first_ms) / 3_600_000 + self._step_ms / 3_600_000:g} h "
-            f"at {self.config.url}: check that Prometheus scrapes dcgm-exporter there "
-            f'(`count by (job) ({{__name__=~"DCGM_FI_.*"}})`), that label_selector matches its '
-            "series, and that the window is within the server's retention"
-        )
+        hours = (last_ms - first_ms) / 3_600_000 + self._step_ms / 3_600_000
+        return self._profile.missing_hint(where, span, hours, self.config.url)
 
     def _query(self, field: str, first_ms: int, last_ms: int, any_case: bool = False) -> list[Series]:
         matchers = [self.config.label_selector] if self.config.label_selector else []
