@@ -37,6 +37,12 @@ Devices: GCE ``<instance_id>/gpu<gpu_number>`` with ``instance_id`` the numeric 
 name are not in the metric: with ``read_system_labels`` the gauge queries group by
 ``metadata.system_labels.machine_type``/``name`` (the API returns metadata only for labels named in a
 reduction; ``REDUCE_MEAN`` over one series changes nothing), else ``instance_type``/``node`` stay None.
+Instance labels, as attribution facts: ``user_labels`` names the Compute Engine label keys to read
+(the API returns none it is not asked for by name); the gauge queries then group by
+``metadata.user_labels.<key>`` too, and each GCE GPU's ``DeviceInfo.tags`` are its labels as
+``cloud.tag:<key>`` (a label the instance lacks is no fact). A key other than ``[a-z0-9_]`` is
+written quoted (``metadata.user_labels."cost-center"``), as the filter syntax quotes it. GKE GPUs
+get none: their ``k8s_node`` resource carries no instance labels.
 GKE (``gke_node`` / ``gke_container``): the series come from the GKE GPU device plugin's metrics
 server (container-engine-accelerators ``pkg/gpu/nvidia/metrics``), whose ``accelerator_id`` label is
 the GPU's NVML UUID (``GPU-…``), ``model`` its NVML name (``NVIDIA L4``) and ``make`` ``nvidia``. No
@@ -70,7 +76,7 @@ import datetime as dt
 import logging
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -89,6 +95,7 @@ from connectors.cloud import (
     permission_error,
     to_samples,
 )
+from connectors.cloud_tags import facts
 from connectors.sdk import (
     ConnectorConfig,
     DeviceInfo,
@@ -180,6 +187,7 @@ class GcpMonitoringConfig(CloudMetricsConfig):
     * ``credentials_file``: a service-account JSON key; unset means Application Default Credentials.
     * ``api_endpoint``: ``host:port`` instead of ``monitoring.googleapis.com`` (private endpoints).
     * ``read_system_labels``: also ask for the GCE machine type and instance name (metadata).
+    * ``user_labels``: Compute Engine label keys to read as ``cloud.tag:<key>`` facts (metadata).
     * ``page_size``: series per page (0: the server's default).
     Plus :class:`CloudMetricsConfig`'s ``period_s`` (the alignment period), ``max_retries``,
     ``backoff_s``, ``timeout_s`` (per request) and ``presence_gap_s``.
@@ -191,7 +199,16 @@ class GcpMonitoringConfig(CloudMetricsConfig):
     credentials_file: str | None = None
     api_endpoint: str | None = None
     read_system_labels: bool = False
+    user_labels: list[str] = Field(default_factory=list, max_length=64)
     page_size: int = Field(0, ge=0, le=100_000)
+
+    @field_validator("user_labels")
+    @classmethod
+    def _label_keys(cls, keys: list[str]) -> list[str]:
+        for key in keys:  # Compute Engine's rule for label keys
+            if not re.fullmatch(r"[\w-]{1,63}", key) or not key[0].isalpha() or key != key.lower():
+                raise ValueError(f"{key!r} is not a Compute Engine label key (lower case, digits, _ and -)")
+        return keys
 
     @field_validator("projects")
     @classmethod
@@ -214,6 +231,7 @@ class _Read:
     resource: dict[str, str]
     labels: dict[str, str]
     system: dict[str, str]  # metadata.system_labels asked for (string values)
+    user: dict[str, str]  # metadata.user_labels asked for
     ts_ms: np.ndarray
     value: np.ndarray
 
@@ -318,15 +336,17 @@ class GcpMonitoringConnector:
             "alignment_period": {"seconds": self.config.period_s},
             "per_series_aligner": monitoring_v3.Aggregation.Aligner.ALIGN_MEAN,
         }
-        if self.config.read_system_labels and query.resource_type == "gce_instance":
+        config = self.config
+        if (config.read_system_labels or config.user_labels) and query.resource_type == "gce_instance":
             labels = ["project_id", "instance_id", "zone"]
             metric = ["gpu_number", "model", "uuid", *([query.state_label] if query.state_label else [])]
+            system = ["machine_type", "name"] if config.read_system_labels else []
             aggregation["cross_series_reducer"] = monitoring_v3.Aggregation.Reducer.REDUCE_MEAN
             aggregation["group_by_fields"] = [
                 *(f"resource.label.{x}" for x in labels),
                 *(f"metric.label.{x}" for x in metric),
-                "metadata.system_labels.machine_type",
-                "metadata.system_labels.name",
+                *(f"metadata.system_labels.{x}" for x in system),
+                *(f"metadata.user_labels.{_quoted(x)}" for x in config.user_labels),
             ]
         request["aggregation"] = aggregation
         return monitoring_v3.ListTimeSeriesRequest(request)
@@ -410,9 +430,15 @@ def _series(query: _Query, series: Any, shift_ms: int) -> _Read | None:
         dict(series.resource.labels),
         dict(series.metric.labels),
         {k: v.string_value for k, v in series.metadata.system_labels.fields.items()},
+        dict(series.metadata.user_labels),
         end_s * 1000 + end_ns // 1_000_000 - shift_ms,
         value,
     )
+
+
+def _quoted(key: str) -> str:
+    """A label key as a field path names it: quoted unless it is a plain identifier."""
+    return key if re.fullmatch(r"[a-z_][a-z0-9_]*", key) else f'"{key}"'
 
 
 def _region(location: str) -> str:
@@ -434,6 +460,7 @@ def _gce_device(read: _Read) -> DeviceInfo:
         instance_type=read.system.get("machine_type") or None,
         gpu_model=labels.get("model"),
         gpu_index=int(number) if number.isdigit() else None,
+        tags=facts(read.user.items()),
     )
 
 
@@ -472,8 +499,14 @@ def _to_batch(reads: list[_Read], start_ms: int, end_ms: int) -> tuple[SampleBat
         workload = ""
         if query.resource_type == "gce_instance":
             info = _gce_device(read)
-            if info.device_id in devices and devices[info.device_id].instance_type is not None:
-                info = devices[info.device_id]  # keep what a grouped (metadata) series told
+            known = devices.get(info.device_id)
+            if known is not None:  # keep what a grouped (metadata) series told; a raw one has none
+                info = replace(
+                    info,
+                    instance_type=known.instance_type or info.instance_type,
+                    node=known.node or info.node,
+                    tags=known.tags or info.tags,
+                )
         else:
             info = _gke_device(read, node_of.get((res.get("project_id"), read.labels["accelerator_id"])))
         if query.resource_type == "k8s_container":

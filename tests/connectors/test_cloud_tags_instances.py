@@ -2,6 +2,8 @@
 
 EC2: ``DescribeInstances`` on moto's server (instances made with ``RunInstances`` +
 ``TagSpecifications``), read by the ``cloudwatch`` connector for the GPUs its metrics name.
+Compute Engine: ``metadata.user_labels`` of ``gce_instance`` series, asked for by key through
+``ListTimeSeries``' reduction, from the in-process gRPC fake (tests/gcpfake).
 """
 
 from __future__ import annotations
@@ -10,11 +12,16 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from awsfake.fixtures import cloudwatch_config
 from awsfake.server import CallLog, put_points
+from gcpfake.build import plain_client, series
+from gcpfake.server import FakeMetricService, running_fake
+from pydantic import ValidationError
 
 from connectors.cloud_tags import MAX_CHARS, facts
 from connectors.cloudwatch import CloudWatchConnector, client_factory
+from connectors.gcp_monitoring import GcpMonitoringConfig, GcpMonitoringConnector
 
 H10 = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 M = dt.timedelta(minutes=1)
@@ -114,3 +121,67 @@ def test_instance_tags_off_reads_no_tags_and_asks_ec2_only_for_missing_types(
         f"{untyped}/gpu0": ("g5.xlarge", {}),
     }
     assert [c["Filters"][0]["Values"] for c in calls.calls] == [[untyped]]
+
+
+# --- Compute Engine labels: Cloud Monitoring metadata.user_labels over the in-process gRPC fake ----
+
+GCE_PROJECT, A3 = "ml-prod-123456", "4815162342108301234"
+
+
+def test_gce_user_labels_become_device_facts() -> None:
+    a3 = {"project_id": GCE_PROJECT, "instance_id": A3, "zone": "us-central1-a"}
+    h100 = {"gpu_number": "1", "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-a3a3"}
+    labels = {"team": "llm-research", "cost-center": "cc-1042", "env": "prod"}
+    ends = [H10 + (m + 1) * M for m in range(5)]
+    w = "workload.googleapis.com/gpu.dcgm."
+    fleet = [
+        series(w + "utilization", a3, h100, ends, [0.5] * 5, user_labels=labels),
+        # the energy counter is read raw (no reduction), so it carries no metadata at all
+        series(
+            w + "energy_consumption",
+            a3,
+            h100,
+            ends,
+            [1000, 2000, 3000, 4000, 5000],
+            cumulative_since=[H10] * 5,
+        ),
+    ]
+    service = FakeMetricService({GCE_PROJECT: fleet}, period_s=60)
+    config = GcpMonitoringConfig(
+        name="gcp", projects=[GCE_PROJECT], families=["dcgm"], user_labels=["team", "cost-center"]
+    )
+    with running_fake(service) as target, plain_client(target) as client:
+        batches = list(GcpMonitoringConnector(config, client=client).collect(H10, H10 + 5 * M))
+    (device,) = [d for b in batches for d in b.devices]
+    assert device.device_id == f"{A3}/gpu1"
+    assert device.tags == {
+        "cloud.tag:cost-center": "cc-1042",
+        "cloud.tag:team": "llm-research",
+    }  # env: not asked
+    grouped = [r for r in service.requests if r.aggregation.group_by_fields]
+    assert grouped and all(
+        list(r.aggregation.group_by_fields)[-2:]
+        == ["metadata.user_labels.team", 'metadata.user_labels."cost-center"']
+        for r in grouped
+    )
+    assert all("metadata.system_labels.name" not in r.aggregation.group_by_fields for r in grouped)
+
+
+def test_gce_without_user_labels_asks_for_no_metadata() -> None:
+    a3 = {"project_id": GCE_PROJECT, "instance_id": A3, "zone": "us-central1-a"}
+    ends = [H10 + (m + 1) * M for m in range(5)]
+    fleet = [series("workload.googleapis.com/gpu.dcgm.utilization", a3, {"gpu_number": "0"}, ends, [0.5] * 5,
+                    user_labels={"team": "x"})]  # fmt: skip
+    service = FakeMetricService({GCE_PROJECT: fleet}, period_s=60)
+    config = GcpMonitoringConfig(name="gcp", projects=[GCE_PROJECT], families=["dcgm"])
+    with running_fake(service) as target, plain_client(target) as client:
+        batches = list(GcpMonitoringConnector(config, client=client).collect(H10, H10 + 5 * M))
+    (device,) = [d for b in batches for d in b.devices]
+    assert device.tags == {}
+    assert not any(r.aggregation.group_by_fields for r in service.requests)
+
+
+@pytest.mark.parametrize("key", ["Team", "1team", "cost center", "", "x" * 64, 'a"b'])
+def test_gce_label_keys_are_checked(key: str) -> None:
+    with pytest.raises(ValidationError, match="label key"):
+        GcpMonitoringConfig(name="gcp", projects=[GCE_PROJECT], user_labels=[key])

@@ -30,6 +30,7 @@ def series(
     resource_type: str = "gce_instance",
     cumulative_since: Sequence[dt.datetime] | None = None,
     system_labels: dict[str, str] | None = None,
+    user_labels: dict[str, str] | None = None,
 ) -> monitoring_v3.TimeSeries:
     """A GAUGE series (points stamped at their end time), or a CUMULATIVE one whose point ``i``
     counts since ``cumulative_since[i]``. Ints become INT64 values, floats DOUBLE."""
@@ -51,8 +52,8 @@ def series(
         value_type="INT64" if is_int else "DOUBLE",
         points=points[::-1],  # newest first, as the API answers
     )
-    if system_labels:
-        out.metadata = {"system_labels": system_labels}
+    if system_labels or user_labels:
+        out.metadata = {"system_labels": system_labels or {}, "user_labels": user_labels or {}}
     return out
 
 

@@ -5,9 +5,10 @@ It speaks the wire protocol with the client library's own proto-plus classes (no
 make of the request: GAUGE series only for ``ALIGN_MEAN`` with the server's alignment period (the
 test's series *are* that aligned answer), CUMULATIVE series only raw (no aligner); the filter's
 ``metric.type``, ``resource.type`` and ``metric.labels.*`` clauses; points whose end time is in
-``(interval.start, interval.end]``, newest first; ``metadata.system_labels`` only where the
-request groups by them; pages of ``page_size`` series chained by ``next_page_token``. A test can
-make the next calls (or every call) fail with a gRPC status.
+``(interval.start, interval.end]``, newest first; ``metadata.system_labels`` and
+``metadata.user_labels`` only where the request groups by them (a label key may be quoted); pages
+of ``page_size`` series chained by ``next_page_token``. A test can make the next calls (or every
+call) fail with a gRPC status.
 """
 
 from __future__ import annotations
@@ -113,14 +114,19 @@ def _answer(
     points = [p for p in series.points if start < p.interval.end_time <= end]
     points.sort(key=lambda p: p.interval.end_time, reverse=True)  # newest first
     out.points = points
+    fields = request.aggregation.group_by_fields
     wanted = {
-        f.removeprefix("metadata.system_labels.")
-        for f in request.aggregation.group_by_fields
-        if f.startswith("metadata.system_labels.")
+        f.removeprefix("metadata.system_labels.") for f in fields if f.startswith("metadata.system_labels.")
     }
-    if wanted and "metadata" in series:
+    users = {
+        f.removeprefix("metadata.user_labels.").strip('"')
+        for f in fields
+        if f.startswith("metadata.user_labels.")
+    }
+    if (wanted or users) and "metadata" in series:
         system = {k: v for k, v in series.metadata.system_labels.items() if k in wanted}
-        out.metadata = {"system_labels": system}
+        user = {k: v for k, v in series.metadata.user_labels.items() if k in users}
+        out.metadata = {"system_labels": system, "user_labels": user}
     else:
         del out.metadata
     return out
