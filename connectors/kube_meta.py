@@ -1,0 +1,286 @@
+"""Pod, namespace and node labels from the Kubernetes API, watched and cached (the node agent's view).
+
+Three list+watch loops through the official ``kubernetes`` client, each on a daemon thread: this
+node's pods (``fieldSelector=spec.nodeName=<node>``), every namespace, and this node
+(``metadata.name=<node>``). Each lists (paged), then watches from the list's ``resourceVersion``
+(with bookmarks), applies ``ADDED``/``MODIFIED``/``DELETED`` to its cache and watches again from
+the last version seen when the server ends the stream; a ``410 Gone`` (the version was compacted
+away) relists. An API that is unreachable or refuses (no RBAC) is logged once per outage and
+retried with backoff; lookups meanwhile answer what was last cached (nothing before the first
+list). Lookups never block and never raise.
+
+A pod is found by the UID its cgroup names; its containers by the ids the runtime reports in
+``status.containerStatuses[].containerID`` (``containerd://<64hex>``, ``cri-o://…``,
+``docker://…``) — the ids the cgroup paths carry — including init and ephemeral containers.
+
+The client is imported on first use (``KubeMetadata.connect``): only the ``k8s`` extra installs
+it, and the node agent loads it only when ``kubernetes_api`` is set (issue 13's 60 MB).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PAGE = 500  # objects per list request
+_GONE = 410
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """What the agent needs of a pod: its names, labels, and container id → container name."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    containers: Mapping[str, str] = field(default_factory=dict)
+
+
+def pod_meta(pod: Mapping[str, Any]) -> tuple[str, PodMeta] | None:
+    """``(uid, PodMeta)`` of a pod in the API's JSON shape, or None for one without uid or names."""
+    meta = pod.get("metadata") or {}
+    uid, ns, name = meta.get("uid"), meta.get("namespace"), meta.get("name")
+    if not (isinstance(uid, str) and isinstance(ns, str) and isinstance(name, str)):
+        return None
+    status = pod.get("status") or {}
+    containers: dict[str, str] = {}
+    for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for c in status.get(kind) or ():
+            cid, cname = c.get("containerID"), c.get("name")
+            if isinstance(cid, str) and isinstance(cname, str) and "://" in cid:
+                containers[cid.split("://", 1)[1]] = cname
+    return uid, PodMeta(ns, name, _labels(meta), containers)
+
+
+def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
+    labels = meta.get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+
+class _Cache:
+    """One kind's objects by key, replaced by a list and changed by watch events."""
+
+    def __init__(self, key: Callable[[Mapping[str, Any]], tuple[str, Any] | None]) -> None:
+        self.key, self.items, self.lock = key, {}, threading.Lock()
+        self.items: dict[str, Any]
+
+    def replace(self, objects: list[Mapping[str, Any]]) -> None:
+        items = dict(filter(None, map(self.key, objects)))
+        with self.lock:
+            self.items = items
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        entry = self.key(obj)
+        if entry is None:
+            return
+        with self.lock:
+            if kind == "DELETED":
+                self.items.pop(entry[0], None)
+            else:
+                self.items[entry[0]] = entry[1]
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            return self.items.get(key)
+
+
+def _named(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    return (name, _labels(meta)) if isinstance(name, str) else None
+
+
+class KubeMetadata:
+    """This node's pods, every namespace's labels and this node's labels (module docstring).
+
+    ``api_client``: a ``kubernetes.client.ApiClient``. ``node``: this node's name.
+    ``watch_timeout_s``: how long the server keeps one watch open before we watch again.
+    ``backoff_s``: (first, most) seconds between tries while the API fails.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        node: str,
+        *,
+        watch_timeout_s: int = 300,
+        request_timeout_s: float = 10.0,
+        backoff_s: tuple[float, float] = (1.0, 60.0),
+    ) -> None:
+        from kubernetes import client
+
+        self.node = node
+        self._api = client.CoreV1Api(api_client)
+        self._watch_timeout_s, self._request_timeout_s, self._backoff_s = (
+            watch_timeout_s,
+            request_timeout_s,
+            backoff_s,
+        )
+        self._pods = _Cache(pod_meta)
+        self._namespaces = _Cache(_named)
+        self._nodes = _Cache(_named)
+        self.stop_event = threading.Event()
+        self.synced = {"pods": threading.Event(), "namespaces": threading.Event(), "nodes": threading.Event()}
+        self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def connect(cls, api: str, node: str, **options: Any) -> KubeMetadata:
+        """``api``: ``"in-cluster"`` (the pod's service account) or the path of a kubeconfig file.
+        Raises the client's ``ConfigException`` (or ``OSError``) when that configuration is unusable."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        if api == "in-cluster":
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(config_file=str(Path(api)), client_configuration=configuration)
+        configuration.retries = 0  # urllib3 would retry and log each try; the loops back off themselves
+        return cls(client.ApiClient(configuration), node, **options)
+
+    # -- lookups (never block on the API) ---------------------------------------------------
+
+    def pod(self, uid: str) -> PodMeta | None:
+        found: PodMeta | None = self._pods.get(uid)
+        return found
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self._namespaces.get(namespace) or {}
+
+    def node_labels(self) -> Mapping[str, str]:
+        return self._nodes.get(self.node) or {}
+
+    # -- the watch loops --------------------------------------------------------------------
+
+    def start(self) -> None:
+        api = self._api
+        loops = [
+            (
+                "pods",
+                api.list_pod_for_all_namespaces,
+                {"field_selector": f"spec.nodeName={self.node}"},
+                self._pods,
+            ),
+            ("namespaces", api.list_namespace, {}, self._namespaces),
+            ("nodes", api.list_node, {"field_selector": f"metadata.name={self.node}"}, self._nodes),
+        ]
+        for name, call, selector, cache in loops:
+            thread = threading.Thread(
+                target=self._run, args=(name, call, selector, cache), name=f"kube-{name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _run(self, kind: str, call: Callable[..., Any], selector: dict[str, str], cache: _Cache) -> None:
+        failing: str | None = None
+        delay = self._backoff_s[0]
+        while not self.stop_event.is_set():
+            try:
+                version = self._list(call, selector, cache)
+                self.synced[kind].set()
+                if failing is not None:
+                    log.info("kubernetes api: %s listed again", kind)
+                    failing, delay = None, self._backoff_s[0]
+                self._watch(kind, call, selector, cache, version)  # returns on 410: relist
+            except Exception as exc:  # noqa: BLE001  (unreachable, 403, garbage: never fatal)
+                why = _describe(exc)
+                if failing is None:
+                    log.warning("kubernetes api: %s: %s; labels stay as last seen, retrying", kind, why)
+                failing = why
+                self.stop_event.wait(delay)
+                delay = min(delay * 2, self._backoff_s[1])
+
+    def _list(self, call: Callable[..., Any], selector: dict[str, str], cache: _Cache) -> str:
+        objects: list[Mapping[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = call(
+                **selector,
+                limit=PAGE,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._request_timeout_s,
+            )
+            body = _json(page.data)
+            items = body.get("items")
+            if not isinstance(items, list):
+                raise ValueError("a list answer without items")
+            objects += [o for o in items if isinstance(o, Mapping)]
+            meta = body.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                break
+        cache.replace(objects)
+        version = meta.get("resourceVersion")
+        if not isinstance(version, str) or not version:
+            raise ValueError("a list answer without metadata.resourceVersion")
+        return version
+
+    def _watch(
+        self, kind: str, call: Callable[..., Any], selector: dict[str, str], cache: _Cache, version: str
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        while not self.stop_event.is_set():
+            stream = _raw_watch()
+            try:
+                for event in stream.stream(
+                    call,
+                    **selector,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self._watch_timeout_s,
+                    _request_timeout=self._watch_timeout_s + self._request_timeout_s,
+                ):
+                    obj, change = event.get("raw_object"), event.get("type")
+                    if not isinstance(obj, Mapping):
+                        continue
+                    if change in ("ADDED", "MODIFIED", "DELETED"):
+                        cache.apply(change, obj)
+                    seen = (obj.get("metadata") or {}).get("resourceVersion")  # bookmarks carry one too
+                    version = seen if isinstance(seen, str) and seen else version
+                    if self.stop_event.is_set():
+                        stream.stop()
+            except ApiException as exc:
+                if exc.status == _GONE:
+                    log.info("kubernetes api: %s: watch from %s expired (410); listing again", kind, version)
+                    return
+                raise
+
+
+def _raw_watch() -> Any:
+    """The client's ``Watch``, handing each event's object over as the API's JSON (``raw_object``)
+    without building the client's models from it: those refuse an object that lacks a field
+    they require, which would stop the watch on one odd object; the cache reads a few fields."""
+    from kubernetes import watch
+
+    class RawWatch(watch.Watch):
+        def get_return_type(self, func: Any) -> None:
+            return None
+
+    return RawWatch()
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    import json
+
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError("a list answer that is not a JSON object")
+    return body
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"[:300]
