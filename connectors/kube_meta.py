@@ -67,8 +67,8 @@ class _Cache:
     """One kind's objects by key, replaced by a list and changed by watch events."""
 
     def __init__(self, key: Callable[[Mapping[str, Any]], tuple[str, Any] | None]) -> None:
-        self.key, self.items, self.lock = key, {}, threading.Lock()
-        self.items: dict[str, Any]
+        self.key, self.lock = key, threading.Lock()
+        self.items: dict[str, Any] = {}
 
     def replace(self, objects: list[Mapping[str, Any]]) -> None:
         items = dict(filter(None, map(self.key, objects)))
