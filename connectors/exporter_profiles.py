@@ -14,6 +14,8 @@ from connectors.exporter_profile import ExporterProfile
 #: profile name → module defining ``PROFILE``
 MODULES: dict[str, str] = {
     "dcgm": "connectors.dcgm",  # NVIDIA dcgm-exporter
+    "xpum": "connectors.xpum_exporter",  # Intel XPU Manager exporter
+    "ascend": "connectors.npu_exporter",  # Huawei Ascend npu-exporter
 }
 DEFAULT = "dcgm"
 
