@@ -7,6 +7,8 @@ The service depends on it; it depends on no service module (tests/test_import_di
   ``Sampling``, ``SAMPLE_SCHEMA``;
 - ``billing``: ``BillingSource`` Protocol, ``BillingBatch``, ``BILLING_SCHEMA``, ``RefusedRow``, ``Finding``,
   ``BillingFileError``, ``BillingConfig``;
+- ``facts``: ``WorkloadFactsSource`` Protocol and ``FactsBatch`` (sources of attribution facts only:
+  a scheduler's accounting, an inventory);
 - ``config``: ``ConnectorConfig``; ``errors``: ``ConnectorStatus`` and the error classes;
 - ``units``: metric keys and their units; ``currencies``: ISO 4217 codes; ``timeutil``: UTC helpers.
 
@@ -29,6 +31,7 @@ from connectors.sdk.errors import (
     RetriableError,
     close_connector,
 )
+from connectors.sdk.facts import FactsBatch, WorkloadFactsSource
 from connectors.sdk.metrics import (
     SAMPLE_COLUMNS,
     SAMPLE_TEXT_COLUMNS,
@@ -121,12 +124,14 @@ __all__ = [
     "ConnectorError",
     "ConnectorStatus",
     "DeviceInfo",
+    "FactsBatch",
     "FatalSourceError",
     "Metric",
     "MetricsConnector",
     "RetriableError",
     "SampleBatch",
     "Sampling",
+    "WorkloadFactsSource",
     "WorkloadInfo",
     "as_utc",
     "categorical_sample_schema",
