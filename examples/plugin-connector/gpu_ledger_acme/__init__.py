@@ -1,0 +1,1 @@
+"""An example third-party GPU Ledger connector (see README.md)."""
