@@ -4,8 +4,8 @@ Polars; tests/agent/test_agent_imports.py).
 
 A tool that is missing is a ``ConfigurationError`` naming it and the ``binary`` option; one that
 exits non-zero, hangs past ``timeout_s`` or prints more than ``max_output_b`` is a
-``RetriableError`` quoting the start of what it said. The agent logs either and tries again next
-period; nothing here kills the agent.
+``RetriableError`` quoting the start of what it said (standard output, then error). The agent
+logs either and tries again next period; nothing here kills the agent.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import IO, Any
 
 from connectors.sdk import ConfigurationError, RetriableError
 
@@ -74,28 +74,18 @@ class SmiOptions:
 
 
 def run_tool(argv: list[str], timeout_s: float, max_output_b: int = MAX_OUTPUT_B) -> str:
-    """The tool's standard output (and error, merged: these tools print errors on stdout), as text."""
+    """The tool's standard output as text. Its standard error (warnings such as xpu-smi's "elevated
+    privileges required", printed beside a good answer) is kept apart and quoted only when the
+    tool fails; both are bounded."""
     shown = " ".join(argv)
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe)
     except FileNotFoundError:
         raise ConfigurationError(f"{argv[0]}: not found (install it, or set binary = its path)") from None
     except OSError as exc:
         raise ConfigurationError(f"{argv[0]}: cannot run it: {exc.strerror or exc}") from None
-    kept: list[bytes] = []
-    seen = [0]
-
-    def drain() -> None:  # keeps reading so the tool never blocks on a full pipe, keeps the first bytes
-        assert proc.stdout is not None
-        while chunk := proc.stdout.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
-            if seen[0] <= max_output_b:
-                kept.append(chunk[: max_output_b + 1 - seen[0]])
-            seen[0] += len(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    out, err = _Drain(proc.stdout, max_output_b), _Drain(proc.stderr, 64 * 1024)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -103,13 +93,40 @@ def run_tool(argv: list[str], timeout_s: float, max_output_b: int = MAX_OUTPUT_B
         proc.wait()
         raise RetriableError(f"`{shown}` did not finish in {timeout_s:g} s") from None
     finally:
-        reader.join(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    if seen[0] > max_output_b:
+        out.close()
+        err.close()
+    if out.seen > max_output_b:
         raise RetriableError(f"`{shown}` printed more than {max_output_b} bytes; not read")
-    text = b"".join(kept).decode("utf-8", "replace")
+    text = out.text()
     if code != 0:
-        said = " ".join(text.split())[:200] or "nothing"
+        said = " ".join((text + " " + err.text()).split())[:200] or "nothing"
         raise RetriableError(f"`{shown}` exited with status {code}: {said}")
     return text
+
+
+class _Drain:
+    """Reads a pipe to its end on a thread (so the tool never blocks on a full pipe), keeping the
+    first ``limit`` + 1 bytes."""
+
+    def __init__(self, stream: IO[bytes] | None, limit: int) -> None:
+        self._stream, self._limit = stream, limit
+        self._kept: list[bytes] = []
+        self.seen = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self._stream is None:
+            return
+        while chunk := self._stream.read1(65536):  # type: ignore[attr-defined]  # a BufferedReader
+            if self.seen <= self._limit:
+                self._kept.append(chunk[: self._limit + 1 - self.seen])
+            self.seen += len(chunk)
+
+    def close(self) -> None:
+        self._thread.join(timeout=5)
+        if self._stream is not None:
+            self._stream.close()
+
+    def text(self) -> str:
+        return b"".join(self._kept).decode("utf-8", "replace")

@@ -48,7 +48,7 @@ def fake_tool(tmp_path: Path, name: str, answers: dict[str, str], extra: str = "
     return path
 
 
-def xpu_smi(tmp_path: Path, dump: str | None = None) -> Path:
+def xpu_smi(tmp_path: Path, dump: str | None = None, extra: str = "") -> Path:
     x = FIXTURES / "xpum"
     return fake_tool(
         tmp_path,
@@ -59,6 +59,7 @@ def xpu_smi(tmp_path: Path, dump: str | None = None) -> Path:
             "discovery -d 1 -j": (x / "xpu-smi-discovery-1.json").read_text(),
             " ".join(DUMP_ARGS): dump if dump is not None else (x / "xpu-smi-dump.csv").read_text(),
         },
+        extra,
     )
 
 
@@ -113,6 +114,28 @@ def test_the_dump_falls_back_to_all_engines_and_leaves_na_out() -> None:
     )
     got = parse_dump(f"{header}\n13:00:00.000,    0,  N/A, 42.50,  N/A\n")
     assert got == {"0": {"gpu_util": 42.5}}
+
+
+def test_a_warning_on_stderr_does_not_spoil_the_reading(tmp_path: Path) -> None:
+    # xpu-smi without access to /dev/mei*: a warning on stderr, the utilizations read N/A
+    warn = (
+        "sys.stderr.write('\\nWARNING: Elevated privileges required for the following metrics:\\n"
+        "  - Metric 9 (EU_ACTIVE) - will display as N/A\\n')"
+    )
+    dump = (
+        "Timestamp, DeviceId, Compute engine group utilization (%), GPU EU Array Active (%), GPU Power (W)\n"
+        "13:00:00.000,    0,  N/A,  N/A, 480.50\n"
+    )
+    sampler = XpuSmiSampler({"binary": str(xpu_smi(tmp_path, dump, warn))})
+    got = rows(sampler.sample())
+    assert got == {(GPU_A, "power_w", ""): (480.5, 1.0), (GPU_A, "mem_total_b", ""): (137_438_953_472.0, 1.0)}
+    (tmp_path / "f").mkdir()  # a failing tool: its stderr is quoted
+    error = "sys.stderr.write('dcmi module initialize failed. ret is -8005')"
+    failing = fake_tool(tmp_path / "f", "npu-smi", {}, error)
+    with pytest.raises(
+        RetriableError, match="unknown arguments: info dcmi module initialize failed. ret is -8005"
+    ):
+        NpuSmiSampler({"binary": str(failing)}).sample()
 
 
 @pytest.mark.parametrize(
