@@ -6,7 +6,9 @@ keys (``WorkloadInfo.workload_key``):
 * ``k8s:<namespace>/<pod>/<container>`` — a pod's container whose names the runtime's labels give
   (``io.kubernetes.pod.namespace`` / ``.pod.name`` / ``.container.name``: Docker via cri-dockerd);
 * ``k8s:<pod-uid>/<container-id[:12]>`` — a pod's container without those labels (containerd,
-  CRI-O), ``k8s:<pod-uid>`` for a process in the pod's cgroup but in no container;
+  CRI-O), ``k8s:<pod-uid>`` for a process in the pod's cgroup but in no container — unless the
+  Kubernetes API (``pods``: ``connectors.kube_meta.KubeMetadata``) knows the pod's UID: then
+  ``k8s:<namespace>/<pod>/<container>`` on any runtime, with the pod's labels as labels;
 * ``docker:<container-id[:12]>`` — a Docker container (also one Docker knows under a bare cgroup);
 * ``<runtime>:<id>`` — another runtime outside Kubernetes: ``containerd:<12hex>``, ``crio:<12hex>``,
   ``other:<12hex>`` (Podman, bare 64-hex cgroups), ``systemd:<machine>`` (systemd-nspawn);
@@ -20,6 +22,10 @@ keys (``WorkloadInfo.workload_key``):
 * ``proc:unknown/<pid>`` — the process could not be read (it exited between NVML's answer and our
   read, or ``/proc`` is mounted ``hidepid``); nothing else is known, so every label is None.
 
+A pod's workload carries the facts ``k8s.namespace``, ``k8s.pod``, ``k8s.container`` and, from the
+API, ``k8s.pod_label:<key>`` and ``k8s.namespace_label:<key>`` (bounded as the push API bounds
+them: ``connectors.cloud_tags.facts``).
+
 The reader must see the host's ``/proc`` (``hostPID``) and the host's ``/etc/passwd``.
 """
 
@@ -31,14 +37,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.cgroups import ContainerRef, parse_cgroup
+from connectors.cloud_tags import MAX_FACTS
+from connectors.cloud_tags import facts as bounded_facts
 from connectors.docker_api import ContainerDetails, DockerEngine
 from connectors.sdk import WorkloadInfo
 
 if TYPE_CHECKING:
     from connectors.attribution_config import MappingRule
+    from connectors.kube_meta import PodMeta
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +172,33 @@ class Rule:
         return None if missing or not value else value
 
 
+class PodDirectory(Protocol):
+    """Pods by UID and namespaces' labels (``connectors.kube_meta.KubeMetadata``)."""
+
+    def pod(self, uid: str) -> PodMeta | None: ...
+    def find(self, namespace: str, name: str) -> PodMeta | None: ...
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
+
+
+def pod_facts(
+    namespace: str,
+    pod: str,
+    container: str | None,
+    pod_labels: Mapping[str, str] = {},  # noqa: B006  (read only)
+    namespace_labels: Mapping[str, str] = {},  # noqa: B006
+) -> dict[str, str]:
+    """A pod's container as attribution facts (issue 16's source keys), at most ``MAX_FACTS``: the
+    names first, then pod labels, then namespace labels, each in key order; a label too long
+    to push whole is left out."""
+    out = {"k8s.namespace": namespace, "k8s.pod": pod} | ({"k8s.container": container} if container else {})
+    out |= bounded_facts(pod_labels.items(), "k8s.pod_label:")
+    for key, value in bounded_facts(namespace_labels.items(), "k8s.namespace_label:").items():
+        if len(out) >= MAX_FACTS:
+            break
+        out[key] = value
+    return dict(list(out.items())[:MAX_FACTS])
+
+
 def __getattr__(name: str) -> Any:
     if name == "MappingRule":  # pydantic's front of `Rule`, loaded only by who validates with it
         from connectors.attribution_config import MappingRule
@@ -179,7 +215,8 @@ class ProcessAttributor:
     labels; ``None`` means no Docker enrichment (keys still come from the cgroup path).
     ``cache_s``: how long Docker answers (including "unknown container" and "unreachable") and
     the passwd table are reused. PIDs themselves are not cached: PIDs are reused, and reading
-    three small /proc files is cheap.
+    three small /proc files is cheap. ``pods``: the Kubernetes API's pods and namespaces (a pod's
+    names, container names and labels where the runtime's own labels have none); None: not asked.
     """
 
     def __init__(
@@ -192,8 +229,9 @@ class ProcessAttributor:
         cache_s: float = 60,
         label_keys: Mapping[str, tuple[str, ...]] = DEFAULT_LABEL_KEYS,
         clock: Callable[[], float] = time.monotonic,
+        pods: PodDirectory | None = None,
     ) -> None:
-        self.rules = list(rules)
+        self.rules, self.pods = list(rules), pods
         self.proc_root, self.docker, self.passwd, self.cache_s = proc_root, docker, passwd, cache_s
         self.label_keys, self._clock = label_keys, clock
         self._containers: dict[str, tuple[float, ContainerDetails | None]] = {}
@@ -217,9 +255,13 @@ class ProcessAttributor:
         ref = parse_cgroup(cgroup)
         details = self._details(ref)
         labels = details.labels if details else {}
-        namespace, pod = labels.get(K8S_NAMESPACE), labels.get(K8S_POD)
+        namespace, pod, container = labels.get(K8S_NAMESPACE), labels.get(K8S_POD), labels.get(K8S_CONTAINER)
+        found = self._pod(ref) if not namespace else None
+        if found is not None:  # containerd, CRI-O: the API names the pod its cgroup holds
+            namespace, pod, labels = found.namespace, found.name, {**found.labels, **labels}
+            container = found.containers.get(ref.container_id or "") if ref is not None else None
         facts: dict[str, str | None] = {
-            "container_name": labels.get(K8S_CONTAINER) or (details.name if details else None),
+            "container_name": container or (details.name if details else None),
             "image": details.image if details else None,
             "namespace": namespace,
             "pod": pod,
@@ -242,6 +284,10 @@ class ProcessAttributor:
             key = _container_key(ref, details, namespace, pod, facts["container_name"])
             workload = pod if ref.pod_uid else (details.name if details else None)
             fallback_user = user_known if uid else None
+            if ref.pod_uid and namespace and pod:
+                pod_labels = found.labels if found is not None else {}
+                ns_labels = self.pods.namespace_labels(namespace) if found is not None and self.pods else {}
+                source_facts = pod_facts(namespace, pod, container, pod_labels, ns_labels)
         return WorkloadInfo(
             workload_key=key,
             project=values.get("project"),
@@ -266,6 +312,32 @@ class ProcessAttributor:
                 if key not in values and (value := rule.render(key, groups, labels)):
                     values[key] = value
         return values
+
+    def pod_workload(self, namespace: str, pod: str, container: str) -> WorkloadInfo:
+        """A pod's container known by its names alone — the kubelet's pod-resources answer for a
+        device it holds, no process of it placed: named as a process in it would be (labels from
+        ``pods`` when it knows the pod, then rules), without image, Unix user or command."""
+        found = self.pods.find(namespace, pod) if self.pods is not None else None
+        labels = dict(found.labels) if found is not None else {}
+        facts: dict[str, str | None] = dict.fromkeys(_MATCH_KEYS)
+        facts |= {"container_name": container, "namespace": namespace, "pod": pod}
+        facts |= {f"label:{k}": v for k, v in labels.items()}
+        values = self._fields(facts, labels)
+        ns_labels = self.pods.namespace_labels(namespace) if found is not None and self.pods else {}
+        return WorkloadInfo(
+            workload_key=f"k8s:{namespace}/{pod}/{container}",
+            project=values.get("project"),
+            team=values.get("team"),
+            user_name=values.get("user"),
+            namespace=namespace,
+            workload=pod,
+            facts=pod_facts(namespace, pod, container, labels, ns_labels),
+        )
+
+    def _pod(self, ref: ContainerRef | None) -> PodMeta | None:
+        if self.pods is None or ref is None or ref.pod_uid is None:
+            return None
+        return self.pods.pod(ref.pod_uid)
 
     def _details(self, ref: ContainerRef | None) -> ContainerDetails | None:
         # containerd / CRI-O / nspawn containers are not Docker's: don't ask.

@@ -149,6 +149,12 @@ class KubeMetadata:
         found: PodMeta | None = self._pods.get(uid)
         return found
 
+    def find(self, namespace: str, name: str) -> PodMeta | None:
+        """This node's pod by its names (a node runs at most a few hundred: a scan is enough)."""
+        with self._pods.lock:
+            pods = list(self._pods.items.values())
+        return next((p for p in pods if p.namespace == namespace and p.name == name), None)
+
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._namespaces.get(namespace) or {}
 

@@ -15,6 +15,10 @@
     source = "nvml"             # or "module:Class" of another Sampler
     [agent.source_options]      # keys of the sampler's own config (NVML: cluster, region, …)
 
+Kubernetes (off unless set; docs/agent.md, "Kubernetes"): ``pod_resources_socket``,
+``pod_resources_every_s``, ``kubernetes_api`` (``"in-cluster"`` or a kubeconfig path),
+``kubernetes_node`` (this node's name; default: hostname).
+
 Unknown keys are errors that name them. The token is a secret (masked in repr and logs).
 
 The tables are checked by ``service.agent.keys`` with pydantic's rules and messages, not by
@@ -60,6 +64,12 @@ AGENT_KEYS: dict[str, Key] = {
     "attribution_rules": Key("list", factory=list),  # [[agent.attribution_rules]]
     "docker_socket": Key("path", None, factory=lambda: Path("/var/run/docker.sock")),  # None: skip
     "proc_root": Key("path", factory=lambda: Path("/proc")),  # the host's /proc (hostPID in a pod)
+    # Kubernetes (service/agent/kube.py), off unless set: the kubelet's pod-resources socket, and
+    # the API server ("in-cluster" or a kubeconfig path) for pod, namespace and node labels.
+    "pod_resources_socket": Key("path", None),
+    "pod_resources_every_s": Key("float", 10.0, gt=0),
+    "kubernetes_api": Key("str", None, min_length=1),
+    "kubernetes_node": Key("str", factory=socket.gethostname, min_length=1, max_length=253),
 }
 #: One ``[[agent.attribution_rules]]`` table (``connectors.attribution.Rule``).
 RULE_KEYS: dict[str, Key] = {
@@ -113,6 +123,10 @@ class AgentSettings:
     attribution_rules: list[Rule] = field(default_factory=list)
     docker_socket: Path | None = Path("/var/run/docker.sock")
     proc_root: Path = Path("/proc")
+    pod_resources_socket: Path | None = None
+    pod_resources_every_s: float = 10.0
+    kubernetes_api: str | None = None
+    kubernetes_node: str = field(default_factory=socket.gethostname)
 
     def __post_init__(self) -> None:
         values = _checked({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})

@@ -11,11 +11,12 @@ import importlib
 import inspect
 from typing import Any, Protocol, runtime_checkable
 
-from connectors.attribution import ProcessAttributor
+from connectors.attribution import PodDirectory, ProcessAttributor
 from connectors.docker_api import DockerEngine
 from connectors.sdk.metrics import DeviceInfo, SampleBatch
 from service.agent.config import AgentSettings
 from service.agent.keys import check_table, describe
+from service.agent.kube import KubeSampler, start_kube
 from service.agent.nvml_options import NVML_KEYS, NvmlSettings
 
 NVML = "connectors.nvml:NvmlSampler"
@@ -63,10 +64,15 @@ def load_sampler(settings: AgentSettings) -> Sampler:
         config = NvmlSettings(**values)
     else:
         config = _validated(cls, spec, options, settings)
-    sampler = cls(config, attributor=attributor(settings)) if _takes_attributor(cls) else cls(config)
+    meta, pod_resources = start_kube(settings)
+    pids = attributor(settings, meta)
+    sampler = cls(config, attributor=pids) if _takes_attributor(cls) else cls(config)
     if not isinstance(sampler, Sampler):
         raise TypeError(f"{spec} is not a Sampler (needs devices() and sample())")
-    return sampler
+    if meta is None and pod_resources is None:
+        return sampler
+    holder = pids.pod_workload if _takes_attributor(cls) else None
+    return KubeSampler(sampler, meta=meta, pod_resources=pod_resources, describe=holder)
 
 
 def _validated(cls: Any, spec: str, options: dict[str, Any], settings: AgentSettings) -> Any:
@@ -90,7 +96,10 @@ def _takes_attributor(cls: Any) -> bool:
     return "attributor" in inspect.signature(cls).parameters
 
 
-def attributor(settings: AgentSettings) -> ProcessAttributor:
-    """PID → workload for this node: cgroups under ``proc_root``, Docker labels, the rules."""
+def attributor(settings: AgentSettings, pods: PodDirectory | None = None) -> ProcessAttributor:
+    """PID → workload for this node: cgroups under ``proc_root``, Docker labels, the Kubernetes
+    API's pods (``pods``), the rules."""
     docker = DockerEngine(settings.docker_socket) if settings.docker_socket is not None else None
-    return ProcessAttributor(settings.attribution_rules, proc_root=settings.proc_root, docker=docker)
+    return ProcessAttributor(
+        settings.attribution_rules, proc_root=settings.proc_root, docker=docker, pods=pods
+    )

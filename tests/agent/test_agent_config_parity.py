@@ -47,6 +47,10 @@ class PydanticAgentSettings(BaseModel):
     attribution_rules: list[MappingRule] = Field(default_factory=list)
     docker_socket: Path | None = Path("/var/run/docker.sock")
     proc_root: Path = Path("/proc")
+    pod_resources_socket: Path | None = None
+    pod_resources_every_s: float = Field(10.0, gt=0)
+    kubernetes_api: str | None = Field(None, min_length=1)
+    kubernetes_node: str = Field(default_factory=lambda: socket.gethostname(), min_length=1, max_length=253)
 
     @field_validator("service_url")
     @classmethod

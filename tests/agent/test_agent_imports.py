@@ -35,6 +35,7 @@ NOT_IN_AGENT = {
     "annotated_types", "typing_inspection", "strawberry", "starlette",
     "structlog", "asyncio", "httpx", "httpcore", "anyio", "prometheus_client", "typer", "click",
     "rich", "pygments",
+    "grpc", "google", "kubernetes", "urllib3", "yaml",  # the `k8s` extra: loaded only when configured
 }  # fmt: skip
 
 

@@ -25,6 +25,8 @@ GONE = "e1" * 32  # Docker never heard of it (removed, or containerd's)
 CTRD = "a7" * 32  # a containerd container in a pod: Docker is never asked
 POD = "8a2f7c1e-4b3d-4e9a-9c1d-2f5e8b7a6c3d"
 POD_ = POD.replace("-", "_")
+# A cri-dockerd pod's container: its names as attribution facts (issue 16).
+BERT_FACTS = {"k8s.namespace": "ml-research", "k8s.pod": "bert-train-0", "k8s.container": "trainer"}
 
 # Trimmed from `curl --unix-socket /var/run/docker.sock http://d/v1.43/containers/<id>/json` (Docker 24).
 INSPECT = {
@@ -260,7 +262,11 @@ def test_docker_enriches_names_and_labels(host, docker) -> None:
         f"docker:{TRAIN[:12]}", project="llm", user_name="alice", workload="llm-finetune-alice"
     )
     assert a.workload(301) == WorkloadInfo(
-        "k8s:ml-research/bert-train-0/trainer", team="nlp", namespace="ml-research", workload="bert-train-0"
+        "k8s:ml-research/bert-train-0/trainer",
+        team="nlp",
+        namespace="ml-research",
+        workload="bert-train-0",
+        facts=BERT_FACTS,
     )
     # Docker does not know it: the cgroup path's key, no labels; bare `/docker/<id>` is Docker's.
     assert a.workload(203) == WorkloadInfo(f"docker:{GONE[:12]}")
@@ -348,6 +354,7 @@ def test_rules_each_kind_of_match(host, docker) -> None:
         team="nlp",
         namespace="ml-research",
         workload="bert-train-0",
+        facts=BERT_FACTS,
     )
     assert a.workload(102) == WorkloadInfo(
         "slurm:4711",
@@ -374,6 +381,7 @@ def test_first_matching_rule_wins_per_field(host, docker) -> None:
         user_name="$nobody",
         namespace="ml-research",
         workload="bert-train-0",
+        facts=BERT_FACTS,
     )
     # A process outside Kubernetes: namespace is unknown, so only the catch-all matches.
     assert a.workload(101) == proc("proc:alice/python3", "alice", "python3", user_name="$nobody")
@@ -384,7 +392,11 @@ def test_no_rule_matches_labels_only(host, docker) -> None:
         host, [rule(image="docker.io/.*", project="x"), rule(unix_user="carol", user="c")], docker=docker
     )
     assert a.workload(301) == WorkloadInfo(
-        "k8s:ml-research/bert-train-0/trainer", team="nlp", namespace="ml-research", workload="bert-train-0"
+        "k8s:ml-research/bert-train-0/trainer",
+        team="nlp",
+        namespace="ml-research",
+        workload="bert-train-0",
+        facts=BERT_FACTS,
     )
 
 

@@ -196,8 +196,8 @@ class FakeKubeApi:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
-                self.close_connection = True
+                    self.close_connection = True
+                # else the connection stays open for the client's next request, as the API server's does
 
         return Handler
 
