@@ -29,7 +29,8 @@ class SmiOptions:
 
     ``binary``: the tool's path or name on PATH; ``timeout_s``: how long one call may take;
     ``node``: the node's name (default: the hostname); ``environment``/``region``/``cluster``:
-    stamped on every device. ``name``/``type`` are the agent's.
+    stamped on every device; ``processes``: attribute readings to the processes the tool lists
+    (default true). ``name``/``type`` are the agent's.
     """
 
     name: str = "smi"
@@ -40,6 +41,7 @@ class SmiOptions:
     environment: str = "onprem"
     region: str | None = None
     cluster: str | None = None
+    processes: bool = True
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | SmiOptions, *, binary: str) -> SmiOptions:
@@ -60,6 +62,8 @@ class SmiOptions:
         for key in ("region", "cluster"):
             if values.get(key) is not None and not isinstance(values[key], str):
                 raise ValueError(f"{key}: expected a string, got {values[key]!r}")
+        if not isinstance(values.get("processes", True), bool):
+            raise ValueError(f"processes: expected true or false, got {values['processes']!r}")
         timeout = values.get("timeout_s", 10.0)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
             raise ValueError(f"timeout_s: expected seconds in (0, 300], got {timeout!r}")

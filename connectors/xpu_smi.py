@@ -17,10 +17,15 @@ of github.com/intel/xpumanager writes them (``cli/src/comlet_dump.cpp``, ``comle
   metric the GPU or the user's privileges do not allow) is no reading. Note: ``dump`` sleeps
   ~0.9 s before it reads (its own ``-i 1`` pacing), so a period under 2 s is not useful.
 
-Readings carry the agent's clock, not the CSV's ``Timestamp`` (local time without a date). The CLI
-names no processes here, so readings have no workload: a Kubernetes node's pods come from the
-agent's pod-resources reader. Output that is not this format raises an error naming the line and
-column; the agent logs it and tries again next period.
+* workloads: ``xpu-smi ps -j`` (``device_util_by_proc_list``: ``process_id``, ``process_name``,
+  ``device_id``) — each process through the agent's attributor (cgroup → container or pod, else
+  user/command); ``xpu-smi`` itself (listed on every GPU while it asks) is skipped. A GPU with
+  processes of several workloads is split evenly between them (the CLI gives no per-process
+  utilization); one without any is unallocated. ``processes = false`` skips the call.
+
+Readings carry the agent's clock, not the CSV's ``Timestamp`` (local time without a date). Output
+that is not this format raises an error naming the line and column; the agent logs it and tries
+again next period.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from connectors.sdk import SAMPLE_COLUMNS, ConnectorError, DeviceInfo, SampleBatch
+from connectors.sdk import SAMPLE_COLUMNS, ConnectorError, DeviceInfo, SampleBatch, WorkloadInfo
 from connectors.smi_exec import SmiOptions, run_tool
 from connectors.vendor_names import intel_model
 
@@ -47,6 +52,11 @@ DUMP: dict[int, tuple[str, str, float]] = {
     3: ("GPU Core Temperature (Celsius Degree)", "temp_c", 1.0),
 }
 DUMP_ARGS = ["dump", "-d", "-1", "-m", ",".join(str(m) for m in DUMP), "-n", "1"]
+SELF = "xpu-smi"  # the tool lists itself on every GPU while it asks
+
+
+class Attributor(Protocol):
+    def workload(self, pid: int) -> WorkloadInfo: ...
 
 
 def parse_dump(text: str) -> dict[str, dict[str, float]]:
@@ -99,6 +109,24 @@ def parse_dump(text: str) -> dict[str, dict[str, float]]:
     return readings
 
 
+def parse_ps(text: str) -> dict[str, list[int]]:
+    """``xpu-smi ps -j`` → {device id: process ids} (the tool itself left out)."""
+    body = parse_json(text, "xpu-smi ps -j")
+    listed = body.get("device_util_by_proc_list", [])
+    if not isinstance(listed, list):
+        raise ConnectorError("xpu-smi ps -j: device_util_by_proc_list is not a list")
+    pids: dict[str, list[int]] = {}
+    for n, proc in enumerate(listed):
+        pid, device = (
+            (proc.get("process_id"), proc.get("device_id")) if isinstance(proc, dict) else (None, None)
+        )
+        if not isinstance(pid, int) or not isinstance(device, int) or isinstance(pid, bool) or pid <= 0:
+            raise ConnectorError(f"xpu-smi ps -j: device_util_by_proc_list[{n}] has no process_id/device_id")
+        if proc.get("process_name") != SELF:
+            pids.setdefault(str(device), []).append(pid)
+    return pids
+
+
 def parse_json(text: str, what: str) -> Mapping[str, Any]:
     """One JSON object the CLI printed; an error answer (``{"error": …}``) or other text raises."""
     try:
@@ -119,11 +147,13 @@ class XpuSmiSampler:
     def __init__(
         self,
         config: Mapping[str, Any] | SmiOptions,
+        attributor: Attributor | None = None,
         *,
         run: Callable[[list[str], float], str] = run_tool,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.options = SmiOptions.parse(config, binary="xpu-smi")
+        self._attributor = attributor
         self._run, self._clock = run, clock
         self._devices: dict[str, DeviceInfo] = {}
         self._mem_total: dict[str, float] = {}
@@ -180,15 +210,33 @@ class XpuSmiSampler:
                 raise ConnectorError(
                     f"xpu-smi dump names device(s) {', '.join(unknown)} that discovery does not list"
                 )
+        pids = parse_ps(self._call("ps", "-j")) if self.options.processes else {}
         cols: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
+        workloads: dict[str, WorkloadInfo] = {}
         for index, values in readings.items():
             if index in self._mem_total:
                 values = {**values, "mem_total_b": self._mem_total[index]}
-            for metric, value in values.items():
-                cols["device_id"].append(self._devices[index].device_id)
-                cols["ts_ms"].append(ts_ms)
-                cols["metric"].append(metric)
-                cols["value"].append(value)
-                cols["workload_key"].append("")
-                cols["share"].append(1.0)
-        return SampleBatch.from_columns(cols, [self._devices[i] for i in readings])
+            holders = self._workloads(pids.get(index, []))
+            workloads.update((w.workload_key, w) for w in holders)
+            for key, share in [(w.workload_key, 1.0 / len(holders)) for w in holders] or [("", 1.0)]:
+                for metric, value in values.items():
+                    cols["device_id"].append(self._devices[index].device_id)
+                    cols["ts_ms"].append(ts_ms)
+                    cols["metric"].append(metric)
+                    cols["value"].append(value)
+                    cols["workload_key"].append(key)
+                    cols["share"].append(share)
+        return SampleBatch.from_columns(cols, [self._devices[i] for i in readings], list(workloads.values()))
+
+    def _workloads(self, pids: list[int]) -> list[WorkloadInfo]:
+        """The distinct workloads of a GPU's processes (the agent's attributor)."""
+        if pids and self._attributor is None:
+            from connectors.attribution import ProcessAttributor
+
+            self._attributor = ProcessAttributor()
+        found: dict[str, WorkloadInfo] = {}
+        for pid in pids:
+            assert self._attributor is not None
+            info = self._attributor.workload(pid)
+            found.setdefault(info.workload_key, info)
+        return list(found.values())

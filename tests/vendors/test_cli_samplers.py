@@ -17,7 +17,7 @@ import pytest
 from connectors.npu_smi import NpuSmiSampler, parse_info
 from connectors.sdk import ConfigurationError, ConnectorError, RetriableError, SampleBatch, WorkloadInfo
 from connectors.smi_exec import SmiOptions
-from connectors.xpu_smi import DUMP_ARGS, XpuSmiSampler, parse_dump
+from connectors.xpu_smi import DUMP_ARGS, XpuSmiSampler, parse_dump, parse_ps
 from service.agent.config import AgentSettings
 from service.agent.loop import Agent
 from service.agent.sampler import load_sampler
@@ -58,6 +58,7 @@ def xpu_smi(tmp_path: Path, dump: str | None = None, extra: str = "") -> Path:
             "discovery -d 0 -j": (x / "xpu-smi-discovery-0.json").read_text(),
             "discovery -d 1 -j": (x / "xpu-smi-discovery-1.json").read_text(),
             " ".join(DUMP_ARGS): dump if dump is not None else (x / "xpu-smi-dump.csv").read_text(),
+            "ps -j": (x / "xpu-smi-ps.json").read_text(),
         },
         extra,
     )
@@ -72,24 +73,31 @@ def rows(batch: SampleBatch) -> dict[tuple[str, str, str], tuple[float, float]]:
 
 
 def test_the_agent_loads_the_xpu_smi_sampler_and_reads_every_gpu(tmp_path: Path) -> None:
+    # The host's /proc as the agent reads it: PID 40211 (python on GPU 0) runs in Slurm job 4242.
+    proc = tmp_path / "proc" / "40211"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n")
+    (proc / "status").write_text("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\n")
+    (proc / "comm").write_text("python\n")
     settings = AgentSettings(
         service_url="http://svc", token="t" * 20, name="intel-node", spool_dir=tmp_path / "spool",
-        source="connectors.xpu_smi:XpuSmiSampler",
+        source="connectors.xpu_smi:XpuSmiSampler", proc_root=tmp_path / "proc", docker_socket=None,
         source_options={"binary": str(xpu_smi(tmp_path)), "node": "xe-node-01", "region": "dc1"},
     )  # fmt: skip
     sampler = load_sampler(settings)
     assert isinstance(sampler, XpuSmiSampler)
     sampler._clock = lambda: 1_764_421_200.25  # the agent's clock stamps readings, not the CSV's
     batch = sampler.sample()
+    job = "slurm:4242"  # GPU 0's process; GPU 1 lists only xpu-smi itself: unallocated
     expected = {
-        (GPU_A, "gpu_util", ""): (90.0, 1.0),
-        (GPU_A, "sm_active", ""): (60.0, 1.0),
-        (GPU_A, "mem_bw", ""): (35.0, 1.0),
-        (GPU_A, "power_w", ""): (480.5, 1.0),
-        (GPU_A, "energy_j", ""): (3_600_000.0, 1.0),
-        (GPU_A, "mem_used_b", ""): (63488.0 * MIB, 1.0),
-        (GPU_A, "mem_total_b", ""): (137_438_953_472.0, 1.0),
-        (GPU_A, "temp_c", ""): (61.0, 1.0),
+        (GPU_A, "gpu_util", job): (90.0, 1.0),
+        (GPU_A, "sm_active", job): (60.0, 1.0),
+        (GPU_A, "mem_bw", job): (35.0, 1.0),
+        (GPU_A, "power_w", job): (480.5, 1.0),
+        (GPU_A, "energy_j", job): (3_600_000.0, 1.0),
+        (GPU_A, "mem_used_b", job): (63488.0 * MIB, 1.0),
+        (GPU_A, "mem_total_b", job): (137_438_953_472.0, 1.0),
+        (GPU_A, "temp_c", job): (61.0, 1.0),
         (GPU_B, "gpu_util", ""): (0.0, 1.0),  # compute group 0.00; its all-engines N/A is not needed
         (GPU_B, "sm_active", ""): (0.05, 1.0),
         (GPU_B, "mem_bw", ""): (0.0, 1.0),
@@ -101,10 +109,31 @@ def test_the_agent_loads_the_xpu_smi_sampler_and_reads_every_gpu(tmp_path: Path)
     }
     assert rows(batch) == expected
     assert set(batch.columns["ts_ms"]) == {1_764_421_200_250}
+    assert [(w.workload_key, w.facts.get("slurm.job")) for w in batch.workloads] == [(job, "4242")]
     assert [(d.device_id, d.gpu_model, d.node, d.region, d.gpu_index) for d in batch.devices] == [
         (GPU_A, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 0),
         (GPU_B, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 1),  # named from PCI id 0xbd5
     ]
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("[]", "xpu-smi ps -j: expected a JSON object, got list"),
+        (
+            '{"error": "Level Zero Initialization Error", "errno": 3}',
+            "xpu-smi ps -j: Level Zero Initialization",
+        ),
+        ('{"device_util_by_proc_list": {"a": 1}}', "device_util_by_proc_list is not a list"),
+        ('{"device_util_by_proc_list": [{"process_id": "1; rm", "device_id": 0}]}', "[0] has no process_id"),
+        ('{"device_util_by_proc_list": [{"process_id": true, "device_id": 0}]}', "[0] has no process_id"),
+        ("Error: no GPU\n", "xpu-smi ps -j: not JSON: Error: no GPU"),
+    ],
+)
+def test_garbage_ps_output_is_an_error(output: str, message: str) -> None:
+    with pytest.raises(ConnectorError) as caught:
+        parse_ps(output)
+    assert message in str(caught.value)
 
 
 def test_the_dump_falls_back_to_all_engines_and_leaves_na_out() -> None:
@@ -126,7 +155,7 @@ def test_a_warning_on_stderr_does_not_spoil_the_reading(tmp_path: Path) -> None:
         "Timestamp, DeviceId, Compute engine group utilization (%), GPU EU Array Active (%), GPU Power (W)\n"
         "13:00:00.000,    0,  N/A,  N/A, 480.50\n"
     )
-    sampler = XpuSmiSampler({"binary": str(xpu_smi(tmp_path, dump, warn))})
+    sampler = XpuSmiSampler({"binary": str(xpu_smi(tmp_path, dump, warn)), "processes": False})
     got = rows(sampler.sample())
     assert got == {(GPU_A, "power_w", ""): (480.5, 1.0), (GPU_A, "mem_total_b", ""): (137_438_953_472.0, 1.0)}
     (tmp_path / "f").mkdir()  # a failing tool: its stderr is quoted
@@ -265,6 +294,7 @@ def test_failing_hanging_and_flooding_tools_are_retriable_errors(tmp_path: Path)
         ({"timeout_s": True}, "timeout_s: expected seconds"),
         ({"environment": "mars"}, "environment: expected one of onprem, aws, gcp, azure, got 'mars'"),
         ({"node": 7}, "node: expected a string, got 7"),
+        ({"processes": "yes"}, "processes: expected true or false, got 'yes'"),
     ],
 )
 def test_bad_options_are_errors_naming_the_key(options: dict, message: str) -> None:
