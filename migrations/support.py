@@ -45,3 +45,29 @@ def _with_type(column: Any, type_: Any) -> Any:
     copy = column._copy()
     copy.type = type_
     return copy
+
+
+#: Days of segments built per statement: a month of a large fleet fits in memory.
+SEGMENT_DAYS_PER_BUILD = 31
+
+
+def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
+    """Rebuild ``ledger_hour_segment`` with the service's own builder, a month of days at a time:
+    the days that have one (``only_stored``) or every day of ``ledger_hour``.
+
+    The builder reads the columns the code of today puts in a segment; a migration older than one
+    adding such a column to ``ledger_hour`` finds it missing and leaves the segments alone — the
+    migration that adds the column rebuilds them all (reads fall back to SQL meanwhile)."""
+    from sqlalchemy import inspect, text
+
+    from service.ledger import segments
+
+    have = {c["name"] for c in inspect(bind).get_columns("ledger_hour")}
+    if not set(segments.DIMENSION_COLUMNS) <= have:
+        return
+    table = "ledger_hour_segment" if only_stored else "ledger_hour"
+    first, last = bind.execute(text(f"SELECT min(day_index), max(day_index) FROM {table}")).one()  # noqa: S608
+    if first is None:
+        return
+    for lo in range(first, last + 1, SEGMENT_DAYS_PER_BUILD):
+        segments.rebuild(bind, lo, min(lo + SEGMENT_DAYS_PER_BUILD - 1, last))

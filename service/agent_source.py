@@ -50,7 +50,7 @@ from connectors.sdk import (
     WorkloadInfo,
     to_ms,
 )
-from connectors.sdk.shapes import DEVICE, WORKLOAD, names
+from connectors.sdk.shapes import DEVICE, DEVICE_FACTS, WORKLOAD, WORKLOAD_FACTS, names
 from service.dbtypes import table_of
 from service.models import PushedBatch, PushedDevice, PushedSample, PushedWorkload
 
@@ -140,10 +140,12 @@ class AgentConnector:
         return int(gone or 0)
 
     def _devices(self) -> list[DeviceInfo]:
-        return [DeviceInfo(**row) for row in self._rows(PushedDevice, DEVICE_FIELDS)]
+        rows = self._rows(PushedDevice, (*DEVICE_FIELDS, DEVICE_FACTS))
+        return [DeviceInfo(**{**row, DEVICE_FACTS: row[DEVICE_FACTS] or {}}) for row in rows]
 
     def _workloads(self) -> list[WorkloadInfo]:
-        return [WorkloadInfo(**row) for row in self._rows(PushedWorkload, WORKLOAD_FIELDS)]
+        rows = self._rows(PushedWorkload, (*WORKLOAD_FIELDS, WORKLOAD_FACTS))
+        return [WorkloadInfo(**{**row, WORKLOAD_FACTS: row[WORKLOAD_FACTS] or {}}) for row in rows]
 
     def _rows(self, model: type[SQLModel], fields: Iterable[str]) -> list[dict[str, Any]]:
         table = table_of(model)

@@ -144,6 +144,7 @@ def create_app(
             settings.connectors,
             sites=settings.sites,
             idle_threshold_pct=settings.idle_threshold_pct,
+            attribution_rules=settings.attribution,
             catalog=settings.instance_catalog(),
             gpu_cost_share=settings.gpu_cost_share,
             after_ingest=settings.reprice_from_bills(),

@@ -309,6 +309,7 @@ def ingest(
                 *aligned,
                 sites=settings.sites,
                 idle_threshold_pct=settings.idle_threshold_pct,
+                attribution_rules=settings.attribution,
                 on_chunk=progress,
                 after_ingest=settings.reprice_from_bills(),
             )

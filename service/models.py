@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Column, Index, Integer, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
@@ -35,6 +35,8 @@ class DeviceDescription(SQLModel):
     mig_profile: str | None = Field(default=None, max_length=50)
     gpu_fraction: float = Field(default=1.0, description="share of a physical GPU: 1, or MIG slices / 7")
     tdp_w: float | None = Field(default=None, description="board power limit, for estimated energy")
+    # DeviceInfo.tags: attribution facts about the machine (docs/attribution.md), a JSON object
+    tags: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
 
 
 class Device(DeviceDescription, table=True):
@@ -75,6 +77,8 @@ class LedgerFacts(SQLModel):
     user_name: str | None = Field(default=None, max_length=200)
     namespace: str | None = Field(default=None, max_length=200)
     workload: str | None = Field(default=None, max_length=300)
+    # the [[attribution]] rule that named project (else team, else user); 'source': the connector
+    owner_rule: str | None = Field(default=None, max_length=100)
     # time: present = device existed; observed = default metric covered it; busy = ∫ util/100 dt
     default_metric: str = Field(max_length=20, description="sm_active where the device has it, else gpu_util")
     present_s: float = 0.0
@@ -411,6 +415,23 @@ class PushedWorkload(SQLModel, table=True):
     user_name: str | None = Field(default=None, max_length=200)
     namespace: str | None = Field(default=None, max_length=200)
     workload: str | None = Field(default=None, max_length=300)
+    facts: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
+    updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+
+
+class WorkloadFact(SQLModel, table=True):
+    """What a source last said about a workload, kept so ``gpu-ledger reattribute`` can apply the
+    current ``[[attribution]]`` rules to stored ledger rows: its facts, and the owner the source
+    itself named (a rule may have overwritten the ledger's copy). docs/attribution.md."""
+
+    __tablename__ = "workload_fact"
+
+    source: str = Field(primary_key=True, max_length=100, description="the connector instance")
+    workload_key: str = Field(primary_key=True, max_length=500)
+    facts: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
+    project: str | None = Field(default=None, max_length=200, description="as the source named it")
+    team: str | None = Field(default=None, max_length=200, description="as the source named it")
+    user_name: str | None = Field(default=None, max_length=200, description="as the source named it")
     updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
@@ -467,6 +488,7 @@ class LedgerGroupFacts(SQLModel):
     team: str | None = Field(default=None, max_length=200)
     user_name: str | None = Field(default=None, max_length=200)
     namespace: str | None = Field(default=None, max_length=200)
+    owner_rule: str | None = Field(default=None, max_length=100)
     unallocated: bool = Field(default=False, description="workload_key = '' (time nobody held)")
     default_metric: str = Field(max_length=20)
     currency: str | None = Field(default=None, max_length=3)

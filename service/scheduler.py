@@ -151,6 +151,7 @@ class Scheduler:
         *,
         sites: Iterable[Any] = (),
         idle_threshold_pct: float = 5.0,
+        attribution_rules: Iterable[Any] = (),
         connectors: Mapping[str, Any] | None = None,
         registry: Registry | None = None,
         ingest: IngestFn = _default_ingest,
@@ -167,6 +168,7 @@ class Scheduler:
     ):
         self.engine, self.configs = engine, list(configs)
         self.sites, self.idle_threshold_pct = tuple(sites), idle_threshold_pct
+        self.attribution_rules = tuple(attribution_rules)  # [[attribution]], docs/attribution.md
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
         self.ingest_billing, self.catalog, self.gpu_cost_share = ingest_billing, catalog, gpu_cost_share
@@ -298,6 +300,8 @@ class Scheduler:
                     sites=self.sites,
                     idle_threshold_pct=self.idle_threshold_pct,
                     after_ingest=self.after_ingest,
+                    # only when configured: an ingest function given for a test need not know it
+                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
                 )
         except Exception as exc:  # noqa: BLE001  (classified: every failure has its next step)
             failure = classify(exc)

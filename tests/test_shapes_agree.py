@@ -14,7 +14,16 @@ from pydantic import ValidationError
 from sqlmodel import AutoString
 
 from connectors.sdk import DeviceInfo, WorkloadInfo
-from connectors.sdk.shapes import DEVICE, DEVICE_FACTS, DIMENSIONS, WORKLOAD, WORKLOAD_FACTS, Attribute, names
+from connectors.sdk.shapes import (
+    ATTRIBUTED,
+    DEVICE,
+    DEVICE_FACTS,
+    DIMENSIONS,
+    WORKLOAD,
+    WORKLOAD_FACTS,
+    Attribute,
+    names,
+)
 from service.analytics import devices as analytics_devices
 from service.analytics import dims
 from service.api import devices as api_devices
@@ -26,7 +35,7 @@ from service.push_batch import DeviceIn, WorkloadIn
 
 SHAPES = [("device", DEVICE), ("workload", WORKLOAD)]
 POLARS = {str: pl.String, int: pl.Int64, float: pl.Float64}
-LEDGER_ATTRIBUTES = {a.name for a in (*DEVICE, *WORKLOAD) if a.ledger}
+LEDGER_ATTRIBUTES = {a.name for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED) if a.ledger}
 
 
 def _python_type(a: Attribute) -> Any:
@@ -38,17 +47,18 @@ def _python_type(a: Attribute) -> Any:
 
 
 def test_declaration_is_consistent() -> None:
-    every = [a.name for a in (*DEVICE, *WORKLOAD)]
+    every = [a.name for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED)]
     assert len(every) == len(set(every))
-    for a in (*DEVICE, *WORKLOAD):
+    for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED):
         assert a.kind in POLARS, a.name
         assert (a.max_length is not None) == (a.kind is str), a.name  # every text has a column length
         assert not (a.required and a.default is not None), a.name
     assert [d.name for d in DIMENSIONS] == list(dict.fromkeys(d.name for d in DIMENSIONS))
     assert {d.column for d in DIMENSIONS} <= LEDGER_ATTRIBUTES  # grouped without a join
-    assert {d.column for d in DIMENSIONS if d.workload} == {a.name for a in WORKLOAD if a.ledger} - {
-        "workload_key"
-    }
+    # the service's own columns (owner_rule) describe who held the device too
+    assert {d.column for d in DIMENSIONS if d.workload} == {
+        a.name for a in (*WORKLOAD, *ATTRIBUTED) if a.ledger
+    } - {"workload_key"}
 
 
 # --- the connector contract -------------------------------------------------------------------------
@@ -135,9 +145,9 @@ def _kind(column: Any) -> type:
 @pytest.mark.parametrize(
     ("table", "attributes", "others"),
     [
-        (Device, DEVICE, {"source", "metrics", "first_seen", "last_seen"}),
-        (PushedDevice, DEVICE, {"agent", "updated_at"}),
-        (PushedWorkload, WORKLOAD, {"agent", "updated_at"}),
+        (Device, DEVICE, {"source", "metrics", "first_seen", "last_seen", DEVICE_FACTS}),
+        (PushedDevice, DEVICE, {"agent", "updated_at", DEVICE_FACTS}),
+        (PushedWorkload, WORKLOAD, {"agent", "updated_at", WORKLOAD_FACTS}),
     ],
 )
 def test_description_tables(table: Any, attributes: tuple[Attribute, ...], others: set[str]) -> None:
@@ -153,7 +163,7 @@ def test_description_tables(table: Any, attributes: tuple[Attribute, ...], other
 @pytest.mark.parametrize("table", [LedgerHour, LedgerDay])
 def test_ledger_tables(table: Any) -> None:
     columns = _columns(table)
-    declared = {a.name: a for a in (*DEVICE, *WORKLOAD)}
+    declared = {a.name: a for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED)}
     assert set(columns) & set(declared) == LEDGER_ATTRIBUTES
     for name in LEDGER_ATTRIBUTES:
         a, column = declared[name], columns[name]

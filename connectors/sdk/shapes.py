@@ -96,6 +96,16 @@ WORKLOAD: tuple[Attribute, ...] = (
 )  # fmt: skip
 
 
+#: Ledger columns the service fills itself (no connector describes them): which ``[[attribution]]``
+#: rule named the row's owner (docs/attribution.md). Like the workload's, null on unallocated rows.
+ATTRIBUTED: tuple[Attribute, ...] = (
+    Attribute(
+        "owner_rule", str, "the [[attribution]] rule that named the owner; 'source': the connector did",
+        max_length=100, ledger=True,
+    ),
+)  # fmt: skip
+
+
 #: Each description's attribution facts (source key → value, docs/attribution.md): a mapping, not
 #: an attribute, last in the dataclass and the push model; ``[[attribution]]`` rules read them.
 DEVICE_FACTS = "tags"
@@ -119,8 +129,9 @@ class LedgerDimension:
 
 def _dimension(name: str, column: str, description: str = "") -> LedgerDimension:
     """The dimension reading attribute ``column``, described as the attribute unless told."""
-    attribute = next(a for a in (*DEVICE, *WORKLOAD) if a.name == column)
-    return LedgerDimension(name, column, description or attribute.description, attribute in WORKLOAD)
+    attribute = next(a for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED) if a.name == column)
+    workload = attribute in WORKLOAD or attribute in ATTRIBUTED
+    return LedgerDimension(name, column, description or attribute.description, workload)
 
 
 # In the GraphQL enum's order (schema.graphql lists them so).
@@ -139,6 +150,7 @@ DIMENSIONS: tuple[LedgerDimension, ...] = (
     _dimension("USER", "user_name"),
     _dimension("NAMESPACE", "namespace"),
     _dimension("WORKLOAD", "workload"),
+    _dimension("OWNER_RULE", "owner_rule"),
 )
 
 

@@ -17,15 +17,13 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy import text
+
+from migrations.support import rebuild_segments
 
 revision: str = "0009"
 down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-#: Days built per statement: a month of a large fleet fits in memory.
-DAYS_PER_BUILD = 31
 
 
 def upgrade() -> None:
@@ -36,17 +34,7 @@ def upgrade() -> None:
         sa.Column("arrow", sa.LargeBinary(), nullable=False),
         sa.PrimaryKeyConstraint("day_index"),
     )
-    _fill_segments(op.get_bind())
-
-
-def _fill_segments(bind: sa.Connection) -> None:
-    from service.ledger import segments
-
-    first, last = bind.execute(text("SELECT min(day_index), max(day_index) FROM ledger_hour")).one()
-    if first is None:
-        return
-    for lo in range(first, last + 1, DAYS_PER_BUILD):
-        segments.rebuild(bind, lo, min(lo + DAYS_PER_BUILD - 1, last))
+    rebuild_segments(op.get_bind(), only_stored=False)
 
 
 def downgrade() -> None:

@@ -16,31 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
-from sqlalchemy import text
+
+from migrations.support import rebuild_segments
 
 revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: Days rebuilt per statement: a month of a large fleet fits in memory.
-DAYS_PER_BUILD = 31
-
 
 def upgrade() -> None:
-    _rebuild_segments(op.get_bind())
-
-
-def _rebuild_segments(bind: sa.Connection) -> None:
-    from service.ledger import segments
-
-    first, last = bind.execute(text("SELECT min(day_index), max(day_index) FROM ledger_hour_segment")).one()
-    if first is None:
-        return
-    for lo in range(first, last + 1, DAYS_PER_BUILD):
-        segments.rebuild(bind, lo, min(lo + DAYS_PER_BUILD - 1, last))
+    rebuild_segments(op.get_bind(), only_stored=True)
 
 
 def downgrade() -> None:

@@ -37,6 +37,7 @@ class Dimension(Enum):
     USER = auto()
     NAMESPACE = auto()
     WORKLOAD = auto()
+    OWNER_RULE = auto()
 
     @property
     def column(self) -> str:

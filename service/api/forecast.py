@@ -108,6 +108,7 @@ class GroupForecast:
     user: str | None = dim_field("user")
     namespace: str | None = dim_field("namespace")
     workload: str | None = dim_field("workload")
+    owner_rule: str | None = dim_field("the [[attribution]] rule that named the owner")
 
 
 @strawberry.type(description="Daily forecasts per group, fitted on the window's daily totals.")

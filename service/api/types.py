@@ -57,6 +57,7 @@ class Dimension(Enum):
     USER = auto()
     NAMESPACE = auto()
     WORKLOAD = auto()
+    OWNER_RULE = auto()
 
     def domain(self) -> dims.Dimension:
         return dims.Dimension[self.value]
@@ -117,6 +118,9 @@ class LedgerFilter:
     user: list[str] | None = strawberry.field(default=None, description="users")
     namespace: list[str] | None = strawberry.field(default=None, description="namespaces")
     workload: list[str] | None = strawberry.field(default=None, description="workloads")
+    owner_rule: list[str] | None = strawberry.field(
+        default=None, description="[[attribution]] rules that named the owner ('source': the connector)"
+    )
     unallocated: bool | None = strawberry.field(
         default=None, description="true: only time nobody held a device; false: only allocated time"
     )
@@ -253,6 +257,7 @@ class LedgerBucket:
     user: str | None = dim_field("user")
     namespace: str | None = dim_field("namespace")
     workload: str | None = dim_field("workload")
+    owner_rule: str | None = dim_field("the [[attribution]] rule that named the owner")
     cursor: str = strawberry.field(description=CURSOR)
 
 

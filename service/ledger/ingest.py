@@ -18,6 +18,8 @@ from sqlmodel import Session
 
 from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
+from service.attribution import ledger as attribution
+from service.attribution.rules import AttributionRule
 from service.dbtypes import table_of
 from service.ledger import partitions, store
 from service.ledger import version as ledger_version
@@ -61,11 +63,15 @@ def ingest_window(
     *,
     sites: Sequence[SiteConfig] = (),
     idle_threshold_pct: float = DEFAULT_IDLE_THRESHOLD_PCT,
+    attribution_rules: Sequence[AttributionRule] = (),
     on_chunk: ChunkCallback | None = None,
     after_ingest: Callable[[Engine, dt.datetime, dt.datetime], object] | None = None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> IngestResult:
     """Ingest hours ``[floor_hour(start), ceil_hour(end))`` of connector ``name`` into the ledger.
+
+    ``attribution_rules`` (``[[attribution]]``, docs/attribution.md) name the rows' owners from
+    the facts the connector reports; the facts are kept for ``gpu-ledger reattribute``.
 
     ``after_ingest(engine, start, end)`` runs once the window is in (the service passes the
     re-pricing from bills, ``service.billing.rates.reprice_after_metrics``)."""
@@ -89,7 +95,9 @@ def ingest_window(
                 presence_gap_ms=round(connector.sampling.presence_gap_s * 1000),
                 idle_threshold_pct=idle_threshold_pct,
             )
-            devices_seen |= _ingest_chunk(engine, name, connector, window, book, run)
+            devices_seen |= _ingest_chunk(
+                engine, name, connector, window, book, run, attribution_rules, clock
+            )
             if on_chunk is not None:
                 on_chunk(chunk_start, chunk_end)
             chunk_start = chunk_end
@@ -122,7 +130,14 @@ def ingest_window(
 
 
 def _ingest_chunk(
-    engine: Engine, name: str, connector: MetricsConnector, window: Window, book: PriceBook, run: RunRecorder
+    engine: Engine,
+    name: str,
+    connector: MetricsConnector,
+    window: Window,
+    book: PriceBook,
+    run: RunRecorder,
+    rules: Sequence[AttributionRule],
+    clock: Callable[[], dt.datetime],
 ) -> set[str]:
     """Ingest one day of the window in one transaction; its counts go to ``run``, the ids of the
     devices seen in it are returned."""
@@ -137,7 +152,8 @@ def _ingest_chunk(
     checked = validate_samples(samples, devices.keys())
     rows = normalize(checked.accepted, window)
     check_rows(rows, devices, connector=name)  # a row breaking the ledger's invariants is a bug: raise
-    rows = price_rows(_with_dimensions(rows, name, devices, workloads), book)
+    rows = _with_dimensions(rows, name, devices, workloads)
+    rows = price_rows(attribution.owners(rows, devices, workloads, rules), book)
     in_window = checked.accepted.filter(
         (pl.col("ts_ms") >= window.start_ms) & (pl.col("ts_ms") < window.end_ms)
     )
@@ -149,6 +165,8 @@ def _ingest_chunk(
     ids = set(seen["device_id"].to_list())
     with engine.begin() as conn:
         store.upsert_devices(conn, name, devices.values(), seen)
+        held = rows["workload_key"].unique().to_list() if not rows.is_empty() else []
+        attribution.save_workload_facts(conn, name, workloads, held, clock())
         written = store.replace_hours(
             conn, name, window.start_ms // HOUR_MS, window.end_ms // HOUR_MS, sorted(ids), rows
         )

@@ -54,6 +54,7 @@ GROUP_KEYS: tuple[str, ...] = (
     "team",
     "user_name",
     "namespace",
+    "owner_rule",
     "default_metric",
     "currency",
     "rate_source",

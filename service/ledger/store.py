@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from connectors.base import DeviceInfo
-from connectors.sdk.shapes import DEVICE, WORKLOAD, names
+from connectors.sdk.shapes import ATTRIBUTED, DEVICE, WORKLOAD, names
 from service.dbtypes import table_of
 from service.ledger import bulk, partitions, retention, rollups, segments
 from service.models import Device, LedgerDay, LedgerHour
@@ -31,7 +31,11 @@ _MAXED = rollups.MAXED
 # the described attributes every ledger row carries, less the group's own keys, and the ingest's.
 _DIMENSIONS = (
     "source",
-    *[a.name for a in (*DEVICE, *WORKLOAD) if a.ledger and a.name not in ("device_id", "workload_key")],
+    *[
+        a.name
+        for a in (*DEVICE, *WORKLOAD, *ATTRIBUTED)
+        if a.ledger and a.name not in ("device_id", "workload_key")
+    ],
     "default_metric",
     "rate_source",
 )
@@ -190,6 +194,7 @@ def upsert_devices(conn: Connection, source: str, devices: Iterable[DeviceInfo],
             metrics |= set(filter(None, old[2].split(",")))
         record: dict[str, object] = {f: getattr(info, f) for f in names(DEVICE) if f != "device_id"}
         record.update(
+            tags=dict(info.tags) or None,  # attribution facts (docs/attribution.md)
             device_id=device_id,
             source=source,
             first_seen=first,

@@ -1,0 +1,102 @@
+"""Attribution on the ledger: rules applied to a batch's rows at ingest, and the facts kept for
+``gpu-ledger reattribute`` (table ``workload_fact``, column ``device.tags``).
+
+Rules run once per distinct (device, workload_key) of the rows, never per row: the answer is
+joined back. Unallocated rows (workload_key '') are left without an owner — time nobody held
+belongs to nobody, as in every answer (docs/design.md §4).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+from sqlalchemy import Connection, Executable, Table
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from connectors.sdk import DeviceInfo, WorkloadInfo
+from service.attribution.engine import OWNER_COLUMNS, attribute, facts_series
+from service.attribution.rules import AttributionRule
+from service.dbtypes import table_of
+from service.models import WorkloadFact
+
+KEYS = ("device_id", "workload_key")
+
+
+def owners(
+    rows: pl.DataFrame,
+    devices: Mapping[str, DeviceInfo],
+    workloads: Mapping[str, WorkloadInfo],
+    rules: Sequence[AttributionRule],
+) -> pl.DataFrame:
+    """``rows`` (ledger rows with device_id, workload_key and the source's project, team,
+    user_name) with the owner columns the rules decide and ``owner_rule``."""
+    if rows.is_empty():
+        return rows.with_columns(pl.lit(None, pl.String).alias("owner_rule"))
+    held = (
+        rows.filter(pl.col("workload_key") != "")
+        .select(*[pl.col(k).cast(pl.String) for k in KEYS], *OWNER_COLUMNS)
+        .unique(KEYS)
+    )
+    keys, ids = list(workloads), list(devices)
+    facts = pl.DataFrame(
+        [pl.Series("workload_key", keys, pl.String), facts_series(workloads[k].facts for k in keys)]
+    )
+    tags = pl.DataFrame(
+        [pl.Series("device_id", ids, pl.String), facts_series((devices[i].tags for i in ids), "device_tags")]
+    )
+    question = held.join(facts, on="workload_key", how="left").join(tags, on="device_id", how="left")
+    answer = attribute(question, rules).select(*KEYS, *OWNER_COLUMNS, "owner_rule")
+    # the rows' keys may be Categorical (connectors hand them so): joined as text
+    answer = answer.rename({k: f"__{k}" for k in KEYS})
+    return (
+        rows.drop(*OWNER_COLUMNS, "owner_rule", strict=False)
+        .with_columns(pl.col(k).cast(pl.String).alias(f"__{k}") for k in KEYS)
+        .join(answer, on=[f"__{k}" for k in KEYS], how="left", maintain_order="left")
+        .drop(*[f"__{k}" for k in KEYS])
+    )
+
+
+def save_workload_facts(
+    conn: Connection,
+    source: str,
+    workloads: Mapping[str, WorkloadInfo],
+    keys: Sequence[str],
+    now: dt.datetime,
+) -> int:
+    """Keep what ``source`` said about the workloads ``keys`` (those its ledger rows name): facts
+    and the owner it named itself. One ``INSERT … ON CONFLICT DO UPDATE``; the number written."""
+    records = [
+        {
+            "source": source,
+            "workload_key": key,
+            "facts": dict(w.facts) or None,
+            "project": w.project,
+            "team": w.team,
+            "user_name": w.user_name,
+            "updated_at": now,
+        }
+        for key in keys
+        if key and (w := workloads.get(key)) is not None
+    ]
+    if records:
+        conn.execute(_upsert(table_of(WorkloadFact), conn.dialect.name), records)
+    return len(records)
+
+
+def _upsert(table: Table, dialect: str) -> Executable:
+    columns = ("facts", "project", "team", "user_name", "updated_at")
+    keys = [table.c.source, table.c.workload_key]
+    statement: Any
+    if dialect == "postgresql":
+        statement = pg_insert(table)
+    elif dialect == "sqlite":
+        statement = sqlite_insert(table)
+    else:
+        raise NotImplementedError(f"workload facts: no INSERT … ON CONFLICT for {dialect}")
+    return statement.on_conflict_do_update(
+        index_elements=keys, set_={c: statement.excluded[c] for c in columns}
+    )
