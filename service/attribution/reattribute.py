@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, select, update
 
 from service.attribution.engine import FACTS_DTYPE, OWNER_COLUMNS, attribute, facts_series
 from service.attribution.rules import SOURCE_RULE, AttributionRule
+from service.attribution.shared_facts import with_other_facts_frame
 from service.dbtypes import table_of
 from service.ledger import store
 from service.ledger import version as ledger_version
@@ -140,6 +141,7 @@ def _question(conn: Connection, current: pl.DataFrame) -> pl.DataFrame:
     kept = keys.join(_workload_facts(conn, keys), on=["source", "workload_key"], how="inner")
     without = own.join(kept.select(KEYS), on=list(KEYS), how="anti")
     question = pl.concat([kept.select(own.columns), without], how="vertical")
+    question = with_other_facts_frame(conn, question)  # a facts connector's, about the same keys
     return question.join(_device_tags(conn, keys), on="device_id", how="left")
 
 

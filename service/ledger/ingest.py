@@ -18,8 +18,10 @@ from sqlmodel import Session
 
 from connectors.sdk import ConnectorStatus, DeviceInfo, MetricsConnector, WorkloadInfo
 from connectors.sdk.shapes import DEVICE, WORKLOAD
+from connectors.sdk.vendors import with_vendor
 from service.attribution import ledger as attribution
 from service.attribution.rules import AttributionRule
+from service.attribution.shared_facts import other_facts, with_other_facts
 from service.dbtypes import table_of
 from service.ledger import partitions, store
 from service.ledger import version as ledger_version
@@ -146,14 +148,19 @@ def _ingest_chunk(
     workloads: dict[str, WorkloadInfo] = {}
     for batch in connector.collect(from_ms(window.read_start_ms), from_ms(window.read_end_ms)):
         frames.append(batch.samples)
-        devices.update((d.device_id, d) for d in batch.devices)
+        # a device whose source names no vendor gets the one its model says (connectors.sdk.vendors)
+        devices.update((d.device_id, with_vendor(d)) for d in batch.devices)
         workloads.update((w.workload_key, w) for w in batch.workloads)
     samples = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     checked = validate_samples(samples, devices.keys())
     rows = normalize(checked.accepted, window)
     check_rows(rows, devices, connector=name)  # a row breaking the ledger's invariants is a bug: raise
     rows = _with_dimensions(rows, name, devices, workloads)
-    rows = price_rows(attribution.owners(rows, devices, workloads, rules), book)
+    if rules:  # what other sources keep about the same keys (a Slurm job's account): shared_facts
+        with engine.connect() as conn:
+            held_keys = rows["workload_key"].unique().to_list() if not rows.is_empty() else []
+            known = with_other_facts(workloads, other_facts(conn, name, held_keys))
+    rows = price_rows(attribution.owners(rows, devices, known if rules else workloads, rules), book)
     in_window = checked.accepted.filter(
         (pl.col("ts_ms") >= window.start_ms) & (pl.col("ts_ms") < window.end_ms)
     )

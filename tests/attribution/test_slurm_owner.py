@@ -1,0 +1,197 @@
+"""Slurm jobs owned by their accounts, through the real ingest paths on SQLite and PostgreSQL: the
+``slurm`` connector's facts (tests/fixtures/slurm) kept per workload key, a metrics source's rows
+for the same jobs — the node agent's ``slurm:<jobid>``, dcgm-exporter's ``hpc:<jobid>`` — named by
+``[[attribution]]`` rules over ``slurm.account`` / ``slurm.partition``, whether the facts come
+before the metrics (at ingest) or after (``reattribute``); hostile accounting lines quarantined."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import polars as pl
+import pytest
+from attribution_fleet import owners, rule, total_cost
+from sqlalchemy import Engine, select
+from sqlmodel import Session
+
+from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBatch, Sampling, WorkloadInfo
+from connectors.registry import default_registry
+from connectors.sdk import ConnectorStatus
+from service.attribution.reattribute import reattribute
+from service.facts_ingest import ingest_facts
+from service.ledger.ingest import ingest_window
+from service.models import ConnectorRun, ConnectorState, Rejection, WorkloadFact
+from service.pricing.rates import RateCardConfig, sync_rate_cards
+
+SACCT = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "sacct-2026-11-30.txt"
+HOUR0 = dt.datetime(2026, 11, 30, 9, tzinfo=dt.UTC)  # jobs 4711 (physics) and 5000_1 = 5001 (chem) ran
+END = HOUR0 + dt.timedelta(hours=2)
+RATE = Decimal("3.000000000")
+RULES = (
+    rule("project-from-slurm-account", "slurm.account", "project"),
+    rule("team-from-partition", "slurm.partition", "team", values={"gpu": "ml-platform"}),
+    rule("user-from-slurm", "slurm.user", "user"),
+)
+
+
+class NodesConfig(ConnectorConfig):
+    pass
+
+
+class Nodes:
+    """gpu01 (node agent: ``slurm:4711``, its cgroup facts) and gpu02 (dcgm-exporter:
+    ``hpc:5001``, no facts); hour 0 both busy, hour 1 gpu02 idle."""
+
+    kind: ClassVar[Literal["metrics"]] = "metrics"
+    config_model: ClassVar[type[ConnectorConfig]] = NodesConfig
+    sampling = Sampling.every(60.0)
+
+    def discover(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo("gpu01-0", "onprem", gpu_model="H200"),
+            DeviceInfo("gpu02-0", "onprem", gpu_model="H200"),
+        ]
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        t0 = int(HOUR0.timestamp() * 1000)
+        rows = []
+        for minute in range(120):
+            ts = t0 + minute * 60_000
+            rows.append(("gpu01-0", ts, "gpu_util", 90.0, "slurm:4711", 1.0))
+            rows.append(("gpu02-0", ts, "gpu_util", 40.0, "hpc:5001" if minute < 60 else "", 1.0))
+        workloads = [
+            WorkloadInfo(
+                "slurm:4711",
+                user_name="bob",
+                workload="4711",
+                facts={"slurm.job": "4711", "unix.user": "bob"},
+            ),
+            WorkloadInfo("hpc:5001", workload="5001"),
+        ]
+        yield SampleBatch(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"), self.discover(), workloads)
+
+
+def price(engine: Engine) -> None:
+    with Session(engine) as session:
+        card = RateCardConfig(
+            name="h200", environment="onprem", gpu_model="H200", rate_per_gpu_hour=RATE,
+            currency="USD", valid_from=HOUR0,
+        )  # fmt: skip
+        sync_rate_cards(session, [card])
+        session.commit()
+
+
+def slurm(path: Path = SACCT) -> Any:
+    return default_registry().build({"name": "slurm-main", "type": "slurm", "path": str(path)})
+
+
+def facts(engine: Engine, path: Path = SACCT) -> Any:
+    return ingest_facts(engine, "slurm-main", slurm(path), HOUR0, END)
+
+
+def metrics(engine: Engine) -> None:
+    ingest_window(engine, "nodes", Nodes(), HOUR0, END, attribution_rules=RULES)
+
+
+def hours(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """owners() rows with the hour made relative to HOUR0."""
+    h0 = int(HOUR0.timestamp()) // 3600 - int(dt.datetime(2026, 11, 2, tzinfo=dt.UTC).timestamp()) // 3600
+    return [(r[0], r[1] - h0, *r[2:]) for r in rows]
+
+
+OWNED = [
+    ("gpu01-0", 0, "slurm:4711", "physics", "ml-platform", "bob", "project-from-slurm-account"),
+    ("gpu01-0", 1, "slurm:4711", "physics", "ml-platform", "bob", "project-from-slurm-account"),
+    ("gpu02-0", 0, "hpc:5001", "chem", "ml-platform", "alice", "project-from-slurm-account"),
+    ("gpu02-0", 1, "", None, None, None, None),
+]
+
+
+def test_facts_first_then_metrics_own_the_jobs_at_ingest(engine: Engine) -> None:
+    price(engine)
+    result = facts(engine)
+    assert (result.status, result.read, result.accepted, result.refused, result.workloads) == (
+        ConnectorStatus.OK, 20, 11, 0, 20,
+    )  # fmt: skip
+    assert result.skipped == {"job steps": 5, "pending jobs": 1, "jobs without GPUs": 3}
+    with engine.connect() as conn:
+        kept = conn.execute(
+            select(WorkloadFact.__table__).where(WorkloadFact.__table__.c.workload_key == "hpc:5001")  # type: ignore[attr-defined]
+        ).one()
+        run = conn.execute(select(ConnectorRun.__table__)).one()  # type: ignore[attr-defined]
+    assert (kept.source, kept.user_name, kept.project) == ("slurm-main", "alice", None)
+    assert kept.facts == {
+        "slurm.job": "5001", "slurm.user": "alice", "slurm.account": "chem",
+        "slurm.partition": "gpu", "slurm.qos": "normal",
+    }  # fmt: skip
+    assert (run.read, run.accepted, run.rejected, run.ledger_rows, run.status) == (20, 20, 0, 0, "OK")
+    metrics(engine)
+    assert hours(owners(engine)) == OWNED
+    # 3 present device-hours at 3 USD, whoever owns them; each job's hour is its account's
+    assert total_cost(engine) == Decimal(12)
+
+
+def test_metrics_first_then_facts_and_reattribute(engine: Engine) -> None:
+    price(engine)
+    metrics(engine)
+    # Nobody named gpu02's job yet; the agent's own user names gpu01's.
+    assert [r[3:] for r in hours(owners(engine))] == [
+        (None, None, "bob", "source"), (None, None, "bob", "source"),
+        (None, None, None, None), (None, None, None, None),
+    ]  # fmt: skip
+    facts(engine)
+    result = reattribute(engine, RULES, HOUR0, END)
+    assert (result.owners_changed, result.rows_changed) == (2, 3)
+    assert hours(owners(engine)) == OWNED
+    assert total_cost(engine) == Decimal(12)
+    again = reattribute(engine, RULES, HOUR0, END)
+    assert (again.owners_changed, again.rows_changed) == (0, 0)
+    # A rule change moves the cost between projects; the total stays.
+    by_qos = (rule("project-from-qos", "slurm.qos", "project", values={"normal": "standard"}), *RULES)
+    reattribute(engine, by_qos, HOUR0, END)
+    assert {r[3] for r in owners(engine) if r[2]} == {"standard"}
+    assert total_cost(engine) == Decimal(12)
+
+
+def test_hostile_accounting_lines_are_quarantined_and_the_rest_kept(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "sacct.txt"
+    lines = SACCT.read_text().splitlines()
+    lines.insert(
+        3, "4712|4712|eve|physics|gpu|normal|COMPLETED|gres/gpu=1|gpu01|tomorrow|2026-11-30T11:30:00|1"
+    )
+    lines.append("4713|4713|eve|physics")
+    path.write_text("\n".join(lines) + "\n")
+    result = facts(engine, path)
+    assert (result.status, result.read, result.refused, result.workloads) == (
+        ConnectorStatus.DEGRADED,
+        22,
+        2,
+        20,
+    )
+    with engine.connect() as conn:
+        rejected = conn.execute(
+            select(
+                Rejection.__table__.c.file, Rejection.__table__.c.line, Rejection.__table__.c.field
+            ).order_by(Rejection.__table__.c.line)  # type: ignore[attr-defined]  # type: ignore[attr-defined]
+        ).all()
+        run = conn.execute(select(ConnectorRun.__table__)).one()  # type: ignore[attr-defined]
+        state = conn.execute(select(ConnectorState.__table__)).one()  # type: ignore[attr-defined]
+    assert [tuple(r) for r in rejected] == [(str(path), 4, "Start"), (str(path), 23, None)]
+    assert (run.read, run.accepted, run.rejected, run.status) == (22, 20, 2, "DEGRADED")
+    assert state.last_error.startswith(
+        f"2 of 22 records refused (rejection table, run {run.id}); first: {path}, line 4"
+    )
+    assert state.watermark is not None
+
+
+def test_a_broken_source_fails_the_run_and_keeps_nothing(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="cannot read"):
+        facts(engine, tmp_path / "gone.txt")
+    with engine.connect() as conn:
+        state = conn.execute(select(ConnectorState.__table__)).one()  # type: ignore[attr-defined]
+        kept = conn.execute(select(WorkloadFact.__table__)).all()  # type: ignore[attr-defined]
+    assert (state.status, state.watermark, kept) == ("INVALID_CONFIGURATION", None, [])
