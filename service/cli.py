@@ -677,5 +677,6 @@ def tokens_revoke(
 
 import service.forecast_cli  # noqa: E402, F401  (registers `gpu-ledger forecast`; imports app from here)
 import service.prune_cli  # noqa: E402, F401  (registers `gpu-ledger prune`; imports app from here)
+import service.reattribute_cli  # noqa: E402, F401  (registers `gpu-ledger reattribute`; imports app from here)
 import service.reporting.cli  # noqa: E402, F401  (registers `gpu-ledger reporting`; imports app from here)
 import service.reports_cli  # noqa: E402, F401  (registers `gpu-ledger report`; imports app from here)
