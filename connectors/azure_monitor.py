@@ -56,6 +56,13 @@ metrics have no GPU metrics, so the metric namespace and names are those of the 
 ``<vm name>/gpu<n>`` with ``n`` from the ``vm_gpu_dimension`` dimension if the series has it, else
 ``gpu0``; datapoints are time-grain aggregates stamped at the grain's start.
 
+**Tags and labels** (attribution facts, ``DeviceInfo.tags``; both off by default, each costs
+requests): ``node_labels`` reads each AKS node's labels from ``KubeNodeInventory`` in the same
+workspace, one more query per window (:mod:`connectors.azure_node_inventory`), as
+``k8s.node_label:<key>``; ``resource_tags`` reads the Azure tags of each GPU VM and AKS node scale
+set from Azure Resource Manager, one GET per resource per connector life
+(:mod:`connectors.azure_resource_tags`), as ``cloud.tag:<key>``.
+
 **Errors**: 429/5xx/timeouts are retried by azure-core's retry policy (``retry_total`` =
 ``max_retries``, ``retry_backoff_factor`` = ``backoff_s``) and then raise ``RetriableError``; 401
 and a refused token raise ``FatalSourceError`` saying to check the credentials, 403 one naming
@@ -70,14 +77,16 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from connectors import azure_pod_inventory
+from connectors import azure_node_inventory, azure_pod_inventory
 from connectors.azure_auth import build_credential, call_azure
+from connectors.azure_resource_tags import ArmTags
 from connectors.cloud import (
     CloudMetricsConfig,
     MetricSpec,
@@ -122,6 +131,7 @@ _CLUSTER_ID = re.compile(
 )
 _METRICS_ID = re.compile(r"/providers/microsoft\.insights/metrics/.*$", re.IGNORECASE)
 _BATCH = 50  # resources per metrics:getBatch call (the API's limit)
+Facts = dict[str, str]
 log = logging.getLogger(__name__)
 
 
@@ -153,6 +163,9 @@ class AzureMonitorConfig(CloudMetricsConfig):
     * ``pod_inventory``: join pod UIDs to namespace and pod name from ``KubePodInventory`` (one more
       query per window); ``pod_inventory_margin_s``: how far around the window to look for a pod's
       inventory row (it is collected every 60 s by default).
+    * ``node_labels``: AKS node labels from ``KubeNodeInventory`` (one more query per window, within
+      ``pod_inventory_margin_s``); ``resource_tags``: VM / node scale set tags from Azure Resource
+      Manager (``arm_endpoint``, default ``https://management.azure.com``; the Reader role).
     """
 
     type: str = "azure_monitor"
@@ -173,6 +186,9 @@ class AzureMonitorConfig(CloudMetricsConfig):
     query_chunk_s: int = Field(3600, ge=60, le=86_400)
     pod_inventory: bool = True
     pod_inventory_margin_s: int = Field(900, ge=0, le=86_400)
+    node_labels: bool = False
+    resource_tags: bool = False
+    arm_endpoint: str = "https://management.azure.com"
     vm_resource_ids: tuple[str, ...] = ()
     vm_metric_namespace: str | None = None
     vm_metrics: dict[str, VmMetric] = Field(default_factory=dict)
@@ -219,6 +235,7 @@ class AzureMonitorConnector:
         self._logs, self._metrics = logs_client, metrics_client
         #: GPU pods whose UID no ``KubePodInventory`` row named, summed over windows since made.
         self.pods_not_in_inventory = 0
+        self._arm: ArmTags | None = None
 
     def _client_kwargs(self) -> dict[str, Any]:
         c = self.config
@@ -263,6 +280,23 @@ class AzureMonitorConnector:
             self._owned.append(self._metrics)
         return self._metrics
 
+    def _arm_tags(self) -> ArmTags:
+        if self._arm is None:
+            self._arm = ArmTags(SOURCE, self._cred(), self.config.arm_endpoint, self._client_kwargs())
+            self._owned.append(self._arm)
+        return self._arm
+
+    def _tagged(self, devices: list[DeviceInfo]) -> list[DeviceInfo]:
+        """``devices`` with their instance's Azure tags added to their facts (``resource_tags``)."""
+        ids = [d.instance_id for d in devices if d.instance_id]
+        if not self.config.resource_tags or not ids:
+            return devices
+        tags = self._arm_tags().tags(ids)
+        return [
+            replace(d, tags={**tags.get(d.instance_id.lower(), {}), **d.tags}) if d.instance_id else d
+            for d in devices
+        ]
+
     def close(self) -> None:
         """Close the clients and credential the connector built itself (injected ones are the caller's)."""
         while self._owned:
@@ -290,7 +324,11 @@ class AzureMonitorConnector:
             while chunk_start < end:
                 chunk_end = min(end, chunk_start + chunk)
                 rows = _on_nodes(self._query_logs(chunk_start, chunk_end))
-                batch = self._aks_batch(rows, self._inventory(rows, chunk_start, chunk_end))
+                batch = self._aks_batch(
+                    rows,
+                    self._inventory(rows, chunk_start, chunk_end),
+                    self._node_labels(rows, chunk_start, chunk_end),
+                )
                 if batch.samples.height:
                     yield batch
                 chunk_start = chunk_end
@@ -373,7 +411,24 @@ class AzureMonitorConnector:
             return azure_pod_inventory.empty()
         return frame
 
-    def _aks_batch(self, rows: pl.DataFrame, inventory: pl.DataFrame) -> SampleBatch:
+    def _node_labels(
+        self, rows: pl.DataFrame, start: dt.datetime, end: dt.datetime
+    ) -> dict[str, dict[str, str]]:
+        """Node name → its labels as facts (``node_labels``; nothing when off or not collected)."""
+        if not self.config.node_labels or rows.is_empty():
+            return {}
+        nodes = rows["Computer"].unique().to_list()
+        margin = dt.timedelta(seconds=self.config.pod_inventory_margin_s)
+        result = call_azure(
+            SOURCE,
+            "Log Analytics Reader on the workspace",
+            lambda: azure_node_inventory.query(self._workspace_query, nodes, start, end, margin),
+        )
+        return azure_node_inventory.labels(self._complete(result, start, end) if result is not None else None)
+
+    def _aks_batch(
+        self, rows: pl.DataFrame, inventory: pl.DataFrame, labels: dict[str, dict[str, str]] | None = None
+    ) -> SampleBatch:
         if rows.is_empty():
             return SampleBatch(pl.DataFrame(), [])
         key = ["Computer", "ts_ms"]
@@ -461,11 +516,12 @@ class AzureMonitorConnector:
             ),
             _MAPPING,
         )
-        return SampleBatch(
-            samples, self._aks_devices(rows, slots), azure_pod_inventory.workload_infos(workloads)
-        )
+        devices = self._tagged(self._aks_devices(rows, slots, labels or {}))
+        return SampleBatch(samples, devices, azure_pod_inventory.workload_infos(workloads))
 
-    def _aks_devices(self, rows: pl.DataFrame, slots: pl.DataFrame) -> list[DeviceInfo]:
+    def _aks_devices(
+        self, rows: pl.DataFrame, slots: pl.DataFrame, labels: dict[str, dict[str, str]]
+    ) -> list[DeviceInfo]:
         nodes = rows.group_by("Computer").agg(
             pl.col("_ResourceId").drop_nulls().first(),
             pl.col("container.azm.ms/clusterName").drop_nulls().first().alias("cluster"),
@@ -490,6 +546,7 @@ class AzureMonitorConnector:
                     instance_id=self._vmss_id(node, match),
                     gpu_model=info["gpuModel"],
                     gpu_index=slot,
+                    tags=labels.get(node, {}),
                 )
             )
         return devices
@@ -575,7 +632,7 @@ class AzureMonitorConnector:
             (pl.col("ts_ms") >= to_ms(start)) & (pl.col("ts_ms") < to_ms(end))
         )
         mapping = {name: MetricSpec(m.metric, m.scale) for name, m in c.vm_metrics.items()}
-        return SampleBatch(to_samples(readings, mapping), list(devices.values()))
+        return SampleBatch(to_samples(readings, mapping), self._tagged(list(devices.values())))
 
 
 def _on_nodes(rows: pl.DataFrame) -> pl.DataFrame:
