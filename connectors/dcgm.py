@@ -187,7 +187,9 @@ def workload_of(
     user = _label(labels, "label_user")
     if pod:
         key = f"k8s:{ns or ''}/{pod}/{container}"
-        return WorkloadInfo(key, project, team, user, namespace=ns, workload=pod)
+        names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
+        facts = {k: v for k, v in names.items() if v}
+        return WorkloadInfo(key, project, team, user, namespace=ns, workload=pod, facts=facts)
     return WorkloadInfo(f"hpc:{job}", project, team, user, workload=job)
 
 

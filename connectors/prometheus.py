@@ -51,6 +51,7 @@ from connectors.exporter_profile import (
     Series,
     Stamp,
 )
+from connectors.kube_state import KubeStateLabels
 from connectors.prom_raw import HOUR_MS, LATE_MS, Held, RawReader, hold
 from connectors.sdk import (
     ConfigurationError,
@@ -194,6 +195,9 @@ class PrometheusConfig(HttpSourceConfig):
     (default 2,000,000, about 60 MB of JSON) bounds the samples one query asks for; keep it below
     the server's ``--query.max-samples`` (default 50,000,000). ``compress = true`` asks for gzipped
     answers (JSON shrinks ~6×, but Prometheus gzips on one core at ~5 MB/s): for a slow link only.
+    ``kube_state_labels = true`` adds kube-state-metrics' ``kube_pod_labels`` and
+    ``kube_namespace_labels`` to the pods as facts (:mod:`connectors.kube_state`), their series
+    matched by ``kube_state_selector`` (``{job="kube-state-metrics"}``; not ``label_selector``).
     """
 
     type: str = "prometheus"
@@ -201,8 +205,10 @@ class PrometheusConfig(HttpSourceConfig):
     label_selector: str = ""
     max_query_samples: int = Field(2_000_000, ge=10_000, le=50_000_000)
     compress: bool = False
+    kube_state_labels: bool = False
+    kube_state_selector: str = ""
 
-    @field_validator("label_selector")
+    @field_validator("label_selector", "kube_state_selector")
     @classmethod
     def _matchers(cls, selector: str) -> str:
         inner = selector.strip()
@@ -317,6 +323,10 @@ class PrometheusConnector:
             config.url, config.label_selector, self._get, config.max_query_samples, self._profile
         )
         self._held: Held | None = None
+        kube_state = getattr(config, "kube_state_labels", False)  # a subclass's config may lack it
+        self._kube_state = (
+            KubeStateLabels(self._instant, getattr(config, "kube_state_selector", "")) if kube_state else None
+        )
         #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
         self.missing_data_hint: str | None = None
 
@@ -374,6 +384,8 @@ class PrometheusConnector:
             if not names:
                 self.missing_data_hint = self._hint(at, chunk_end - self._step_ms)
             batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
+            if self._kube_state is not None:
+                batch = self._kube_state.join(batch, at, chunk_end)
             batches.append(batch)
             if batch.samples.height:
                 yield batch
@@ -398,6 +410,8 @@ class PrometheusConnector:
             if not series:
                 self.missing_data_hint = self._hint(chunk_first, chunk_last)
             batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
+            if self._kube_state is not None:
+                batch = self._kube_state.join(batch, chunk_first, chunk_last + step)
             if batch.samples.height:
                 yield batch
             chunk_first = chunk_last + step
@@ -407,6 +421,21 @@ class PrometheusConnector:
         span = f"{dt.datetime.fromtimestamp(first_ms / 1000, dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
         hours = (last_ms - first_ms) / 3_600_000 + self._step_ms / 3_600_000
         return self._profile.missing_hint(where, span, hours, self.config.url)
+
+    def _instant(self, query: str, at_s: float) -> list[Any]:
+        """An instant query's vector (``/api/v1/query``), retried as every request is."""
+        url = f"{self.config.url}/api/v1/query"
+        response = self._get(url, {"query": query, "time": f"{at_s:.3f}"}, frozenset())
+        try:
+            body = response.json()
+            if body.get("status") != "success" or body["data"]["resultType"] != "vector":
+                raise FatalSourceError(f"{url}: {body.get('errorType')}: {body.get('error')}")
+            result = body["data"]["result"]
+            if not isinstance(result, list):
+                raise TypeError("data.result is not a list")
+            return result
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConnectorError(f"{url}: unreadable query answer: {exc}") from exc
 
     def _query(self, field: str, first_ms: int, last_ms: int, any_case: bool = False) -> list[Series]:
         matchers = [self.config.label_selector] if self.config.label_selector else []
