@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 #: Fact keys sources report (device tags and workload facts), exactly as connectors spell them.
 FACT_KEYS: tuple[str, ...] = (
@@ -91,7 +91,7 @@ class AttributionRule(BaseModel):
     match: str | None = Field(default=None, min_length=1, max_length=MAX_PATTERN_CHARS)
     value: str | None = Field(default=None, min_length=1, max_length=MAX_PATTERN_CHARS)
     values: dict[str, str] = Field(default_factory=dict, max_length=MAX_REWRITES)
-    override: bool = False
+    override: StrictBool = False  # a TOML boolean, not "yes"
 
     @field_validator("name")
     @classmethod
