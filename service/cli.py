@@ -262,7 +262,7 @@ def ingest(
         bool,
         typer.Option(
             "--allow-degraded",
-            help=f"Exit 0 for a billing import that ended DEGRADED (else {DEGRADED_EXIT}).",
+            help=f"Exit 0 for a billing import or facts run that ended DEGRADED (else {DEGRADED_EXIT}).",
         ),
     ] = False,
     config: ConfigOpt = None,
@@ -299,6 +299,16 @@ def ingest(
             # Billing exports are replaced by billing period, not by hour: the window as given.
             _ingest_billing(engine, name, connector, start_utc, end_utc, settings, allow_degraded)
             _evaluate_alerts(engine, settings)
+            return
+        if getattr(connector, "kind", None) == "facts":
+            # Attribution facts (the slurm connector): kept per workload key, no ledger rows.
+            from connectors.sdk import ConnectorStatus
+            from service.facts_ingest import ingest_facts
+
+            facts = ingest_facts(engine, name, connector, *aligned)
+            typer.echo(f"{name}: {facts.summary()}")
+            if facts.status != ConnectorStatus.OK and not allow_degraded:
+                raise typer.Exit(DEGRADED_EXIT)
             return
         with ChunkProgress(f"ingest {name}") as progress:
             progress.set_window(*aligned)

@@ -41,7 +41,7 @@ class FactsResult:
     skipped: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+        skipped = ", ".join(f"{why}: {n}" for why, n in sorted(self.skipped.items()))
         return (
             f"{self.status}: {self.read} records read, {self.accepted} kept as facts of {self.workloads} "
             f"workloads, {self.refused} refused (run {self.run_id})"

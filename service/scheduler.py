@@ -58,6 +58,12 @@ def _default_ingest_billing(*args: Any, **kwargs: Any) -> Any:
     return ingest_billing(*args, **kwargs)
 
 
+def _default_ingest_facts(*args: Any, **kwargs: Any) -> Any:
+    from service.facts_ingest import ingest_facts
+
+    return ingest_facts(*args, **kwargs)
+
+
 def billing_window(
     now: dt.datetime, backfill_days: float, first_run: bool
 ) -> tuple[dt.datetime, dt.datetime]:
@@ -156,6 +162,7 @@ class Scheduler:
         registry: Registry | None = None,
         ingest: IngestFn = _default_ingest,
         ingest_billing: IngestFn = _default_ingest_billing,
+        ingest_facts: IngestFn = _default_ingest_facts,
         catalog: Any = None,
         gpu_cost_share: Any = 1,
         after_ingest: Any = None,
@@ -172,6 +179,7 @@ class Scheduler:
         self._given, self._registry = dict(connectors or {}), registry
         self.ingest, self.clock, self.telemetry = ingest, clock, telemetry
         self.ingest_billing, self.catalog, self.gpu_cost_share = ingest_billing, catalog, gpu_cost_share
+        self.ingest_facts = ingest_facts  # facts connectors (slurm): service.facts_ingest
         self.after_ingest, self.after_run = after_ingest, after_run
         self.retry_base_s, self.backoff_cap_s = retry_base_s, backoff_cap_s
         # Periodic work of the one scheduling process (scheduled reports): each has ``name``,
@@ -204,8 +212,8 @@ class Scheduler:
             connector = built.get(config.name)
             if connector is None:
                 continue
-            if getattr(connector, "kind", None) not in ("metrics", "billing"):
-                log.info("connector not scheduled: neither metrics nor billing", connector=config.name)
+            if getattr(connector, "kind", None) not in ("metrics", "billing", "facts"):
+                log.info("connector not scheduled: neither metrics, billing nor facts", connector=config.name)
                 continue
             self._tasks[config.name] = asyncio.create_task(self._loop(config, connector), name=config.name)
         for job in self.jobs:
@@ -285,7 +293,13 @@ class Scheduler:
                     end,
                     catalog=self.catalog,
                     gpu_cost_share=self.gpu_cost_share,
+                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
                 )
+            elif getattr(connector, "kind", None) == "facts":
+                start, end = await asyncio.to_thread(
+                    catch_up_window, self.engine, name, connector, now, config.backfill_days
+                )
+                result = await asyncio.to_thread(self.ingest_facts, self.engine, name, connector, start, end)
             else:
                 start, end = await asyncio.to_thread(
                     catch_up_window, self.engine, name, connector, now, config.backfill_days

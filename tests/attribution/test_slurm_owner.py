@@ -7,6 +7,7 @@ before the metrics (at ingest) or after (``reattribute``); hostile accounting li
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -195,3 +196,52 @@ def test_a_broken_source_fails_the_run_and_keeps_nothing(engine: Engine, tmp_pat
         state = conn.execute(select(ConnectorState.__table__)).one()  # type: ignore[attr-defined]
         kept = conn.execute(select(WorkloadFact.__table__)).all()  # type: ignore[attr-defined]
     assert (state.status, state.watermark, kept) == ("INVALID_CONFIGURATION", None, [])
+
+
+def test_the_scheduler_runs_a_facts_connector_on_its_window(engine: Engine) -> None:
+    import asyncio
+
+    from service.scheduler import Scheduler
+
+    connector = slurm()
+    now = dt.datetime(2026, 11, 30, 23, 10, tzinfo=dt.UTC)
+    sched = Scheduler(engine, [connector.config], connectors={"slurm-main": connector}, clock=lambda: now)
+    assert asyncio.run(sched.run_once(connector.config, connector)) == "ok"
+    with engine.connect() as conn:
+        kept = conn.execute(select(WorkloadFact.__table__.c.workload_key)).scalars().all()  # type: ignore[attr-defined]
+        state = conn.execute(select(ConnectorState.__table__)).one()  # type: ignore[attr-defined]
+    assert len(kept) == 20 and "slurm:7000" in kept
+    # the first window: backfill_days (1) back from now, to now rounded up to the hour
+    assert (state.status, state.watermark) == ("OK", dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+
+
+def test_gpu_ledger_ingest_runs_a_facts_connector(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    for var in [v for v in os.environ if v.startswith("GPU_LEDGER_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("GPU_LEDGER_DATABASE_URL", sqlite_url)
+    bad = tmp_path / "bad.txt"
+    bad.write_text(SACCT.read_text() + "4713|4713|eve|physics\n")
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[[connectors]]\nname = "slurm-main"\ntype = "slurm"\npath = "{SACCT}"\n\n'
+        f'[[connectors]]\nname = "slurm-bad"\ntype = "slurm"\npath = "{bad}"\n'
+    )
+    window = ["--start", "2026-11-30T00:00Z", "--end", "2026-12-01T00:00Z", "--config", str(config)]
+    done = CliRunner().invoke(app, ["ingest", "slurm-main", *window])
+    assert done.exit_code == 0, done.output
+    assert done.stdout == (
+        "slurm-main: OK: 20 records read, 11 kept as facts of 20 workloads, 0 refused (run 1); "
+        "skipped job steps: 5, jobs without GPUs: 3, pending jobs: 1\n"
+    )
+    degraded = CliRunner().invoke(app, ["ingest", "slurm-bad", *window])
+    assert degraded.exit_code == 3
+    assert degraded.stdout.startswith(
+        "slurm-bad: DEGRADED: 21 records read, 11 kept as facts of 20 workloads, 1 refused"
+    )
+    assert CliRunner().invoke(app, ["ingest", "slurm-bad", *window, "--allow-degraded"]).exit_code == 0
