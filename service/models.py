@@ -35,6 +35,7 @@ class DeviceDescription(SQLModel):
     mig_profile: str | None = Field(default=None, max_length=50)
     gpu_fraction: float = Field(default=1.0, description="share of a physical GPU: 1, or MIG slices / 7")
     tdp_w: float | None = Field(default=None, description="board power limit, for estimated energy")
+    vendor: str | None = Field(default=None, max_length=16, description="nvidia | amd | intel | huawei")
     # DeviceInfo.tags: attribution facts about the machine (docs/attribution.md), a JSON object
     tags: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
 
@@ -71,6 +72,7 @@ class LedgerFacts(SQLModel):
     gpu_model: str | None = Field(default=None, max_length=100)
     mig_profile: str | None = Field(default=None, max_length=50)
     gpu_fraction: float = 1.0
+    vendor: str | None = Field(default=None, max_length=16)
     # workload dimensions
     project: str | None = Field(default=None, max_length=200)
     team: str | None = Field(default=None, max_length=200)
@@ -483,6 +485,7 @@ class LedgerGroupFacts(SQLModel):
     cluster: str | None = Field(default=None, max_length=200)
     instance_type: str | None = Field(default=None, max_length=100)
     gpu_model: str | None = Field(default=None, max_length=100)
+    vendor: str | None = Field(default=None, max_length=16)
     gpu_fraction: float = Field(default=1.0, description="kept as a key: GPU-hours weigh seconds by it")
     project: str | None = Field(default=None, max_length=200)
     team: str | None = Field(default=None, max_length=200)

@@ -234,6 +234,8 @@ def test_unmonitored_pseudo_device_takes_the_billed_attributes() -> None:
     priced = rates._Priced(updates=empty, unmonitored=unmonitored, rates=empty, scale=1, resources=1)
     row = rates._unmonitored_rows(priced, resources)
     described = set(row.columns) & set(names(DEVICE))
-    # device_id is made from the resource, gpu_fraction is 1: the rest comes from the bill
-    assert described - {"device_id", "gpu_fraction"} == set(rates.BILLED_DEVICE_ATTRIBUTES)
+    # device_id is made from the resource, gpu_fraction is 1, vendor is the billed gpu_model's: the
+    # rest comes from the bill
+    assert described - {"device_id", "gpu_fraction", "vendor"} == set(rates.BILLED_DEVICE_ATTRIBUTES)
+    assert row["vendor"].to_list() == ["nvidia"]
     assert set(rates.BILLED_DEVICE_ATTRIBUTES) <= set(_columns(Device))

@@ -87,6 +87,8 @@ class DeviceInfo:
     mig_profile: str | None = None
     gpu_fraction: float = 1.0
     tdp_w: float | None = None
+    #: Who made it; None: the service derives it from ``gpu_model`` (connectors.sdk.vendors)
+    vendor: Literal["nvidia", "amd", "intel", "huawei"] | None = None
     #: What the platform says about the machine, as attribution facts (``[[attribution]]`` rules
     #: read them, docs/attribution.md): cloud instance tags/labels as ``cloud.tag:<key>``,
     #: Kubernetes node labels as ``k8s.node_label:<key>``. Not part of the hash.

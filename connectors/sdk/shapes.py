@@ -52,6 +52,7 @@ class Attribute:
 
 
 ENVIRONMENTS = ("onprem", "aws", "gcp", "azure")
+VENDORS = ("nvidia", "amd", "intel", "huawei")  # connectors.sdk.vendors derives one from gpu_model
 
 DEVICE: tuple[Attribute, ...] = (
     Attribute(
@@ -81,6 +82,10 @@ DEVICE: tuple[Attribute, ...] = (
         default=1.0, gt=0, le=1, ledger=True,
     ),
     Attribute("tdp_w", float, "board power limit in W, for estimated energy", gt=0, le=100_000),
+    Attribute(
+        "vendor", str, "accelerator vendor: nvidia, amd, intel or huawei (from gpu_model when unsaid)",
+        max_length=16, choices=VENDORS, ledger=True,
+    ),
 )  # fmt: skip
 
 WORKLOAD: tuple[Attribute, ...] = (
@@ -144,6 +149,7 @@ DIMENSIONS: tuple[LedgerDimension, ...] = (
     _dimension("NODE", "node"),
     _dimension("DEVICE", "device_id", "device id (GPU or MIG instance)"),
     _dimension("GPU_MODEL", "gpu_model"),
+    _dimension("VENDOR", "vendor", "accelerator vendor: nvidia, amd, intel or huawei"),
     _dimension("INSTANCE_TYPE", "instance_type"),
     _dimension("PROJECT", "project"),
     _dimension("TEAM", "team"),

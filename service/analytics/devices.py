@@ -32,6 +32,7 @@ DEVICE_FILTER_COLUMNS = (
     "node",
     "gpu_model",
     "instance_type",
+    "vendor",
     "source",
 )
 

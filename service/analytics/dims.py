@@ -31,6 +31,7 @@ class Dimension(Enum):
     NODE = auto()
     DEVICE = auto()
     GPU_MODEL = auto()
+    VENDOR = auto()
     INSTANCE_TYPE = auto()
     PROJECT = auto()
     TEAM = auto()

@@ -44,6 +44,7 @@ class Device:
     parent_device_id: str | None = strawberry.field(description="Parent GPU of a MIG instance.")
     mig_profile: str | None = strawberry.field(description="MIG profile, e.g. 1g.18gb.")
     gpu_fraction: float = strawberry.field(description="Share of a physical GPU: 1, or MIG slices / 7.")
+    vendor: str | None = strawberry.field(description="nvidia, amd, intel or huawei (null: not known).")
     metrics: list[str] = strawberry.field(description="Metric keys seen for this device.")
     first_seen: dt.datetime = strawberry.field(description="First sample (UTC).")
     last_seen: dt.datetime = strawberry.field(description="Last sample (UTC).")
@@ -88,6 +89,7 @@ class DeviceFilter:
     node: list[str] | None = strawberry.field(default=None, description="nodes")
     gpu_model: list[str] | None = strawberry.field(default=None, description="GPU models")
     instance_type: list[str] | None = strawberry.field(default=None, description="instance types")
+    vendor: list[str] | None = strawberry.field(default=None, description="vendors")
     source: list[str] | None = strawberry.field(default=None, description="connector instances")
 
 

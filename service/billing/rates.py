@@ -62,6 +62,7 @@ from sqlalchemy import column as sql_column
 from sqlalchemy import table as sql_table
 
 from connectors.sdk.shapes import DEVICE
+from connectors.sdk.vendors import vendor_expr
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.dbtypes import table_of
 from service.ledger import bulk, partitions, store
@@ -764,6 +765,7 @@ def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
             pl.col("resource").alias("instance_id"),
             "instance_type",
             "gpu_model",
+            vendor_expr("gpu_model").alias("vendor"),  # a bill names the model, not the vendor
             pl.lit(1.0).alias("gpu_fraction"),
             pl.lit("sm_active").alias("default_metric"),
             "present_s",

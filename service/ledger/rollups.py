@@ -49,6 +49,7 @@ GROUP_KEYS: tuple[str, ...] = (
     "cluster",
     "instance_type",
     "gpu_model",
+    "vendor",
     "gpu_fraction",
     "project",
     "team",
