@@ -153,7 +153,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import polars as pl
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from connectors.billing_driver import Dialect, OpenedFile, Period, planned_files, read_files
+from connectors.billing_driver import Dialect, EveryColumn, OpenedFile, Period, planned_files, read_files
 from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
@@ -587,17 +587,28 @@ class CurDialect(Dialect):
         if period is None:
             lo, hi = _content_period(first, layout)
             period = None if lo is None or hi is None else (lo, hi)
-        return _CurFile(opened.label, layout, period)
+        return _CurFile(opened.label, layout, period, opened.columns)
 
 
 class _CurFile:
-    def __init__(self, file: str, layout: _Layout, period: Period | None) -> None:
+    def __init__(self, file: str, layout: _Layout, period: Period | None, columns: list[str]) -> None:
         self.file, self.layout, self.period = file, layout, period
         #: the usage amount as the file spells it: the driver names it in GPU-hour findings
         self.quantity_column = layout.spelled("line_item_usage_amount")
+        self._columns = set(columns)
+        #: the columns the mapping reads (the driver parses CSV chunks with only these): a CUR 2.0
+        #: file has 60 or more, the mapping reads 28
+        self.read_columns = layout.read_columns()
 
     def normalize(self, chunk: pl.DataFrame) -> Normalized:
-        return _normalize(chunk, self.layout, self.file, self.period or (None, None))
+        split = _normalize(chunk, self.layout, self.file, self.period or (None, None))
+        if not self._columns <= set(chunk.columns) and (
+            split.refused or split.rows["line_key"].str.starts_with("sha1:").any()
+        ):
+            # a refused row's raw text, and the key of a row without a line item id, are made of
+            # every column of its record (a line item id starting "sha1:" only costs the re-parse)
+            raise EveryColumn
+        return split
 
     def duplicate(self, line: int, first: int, key: str) -> RefusedRow:
         column = self.layout.spelled("identity_line_item_id")
@@ -643,6 +654,12 @@ class _Layout:
 
     def col(self, name: str) -> pl.Expr:
         return pl.col(self.names[name]) if name in self.names else pl.lit(None, dtype=pl.String)
+
+    def read_columns(self) -> list[str]:
+        """The file's columns the mapping reads (as the file spells them): the required and
+        optional ones it has, and the legacy per-tag columns."""
+        mapped = [self.names[c] for c in (*REQUIRED, *OPTIONAL) if c in self.names]
+        return [*mapped, *self.tags]
 
     def spelled(self, name: str) -> str:
         return self.names.get(name, REQUIRED.get(name, name) if self.legacy else name)

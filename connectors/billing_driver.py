@@ -11,7 +11,9 @@ every export shares, so it is written once and behaves the same for all of them:
 * **chunking** — a CSV is cut into RFC 4180 records (:func:`connectors.billing_io.csv_chunks`) in
   chunks of about ``chunk_rows`` records, a Parquet file decoded ``chunk_rows`` records at a time
   and turned into the text a CSV would hold (the dialect's :meth:`Dialect.parquet_text`); line
-  numbers and refusals are the whole file's;
+  numbers and refusals are the whole file's. A CSV chunk after the first is parsed with only the
+  columns the file's reader maps (its ``read_columns``), and again whole when its ``normalize``
+  asks for every column (:class:`EveryColumn`: a refused row's raw text is its whole record);
 * **the window** — a file whose billing period (from its path or manifest, else the dialect's
   reading of its first chunk or first pass) does not overlap ``[start, end)`` is not read further;
 * **duplicates** — a ``line_key`` seen before in the file, in this chunk or an earlier one, is
@@ -40,7 +42,9 @@ from connectors.billing_io import (
     BLOCK_BYTES,
     LINE,
     Normalized,
+    RecordChunk,
     csv_chunks,
+    csv_record_chunks,
     jsonl_chunks,
     null_literals,
     open_stream,
@@ -53,6 +57,10 @@ Period = tuple[dt.datetime, dt.datetime]
 Format = Literal["csv", "jsonl", "parquet"]
 _P = TypeVar("_P", bound="Planned")
 Chunk = tuple[pl.DataFrame, list[RefusedRow]]
+#: A chunk as the driver reads it: its frame (of the columns the dialect reads, once it has said
+#: which), its refusals, and — where the frame lacks some of the file's columns — how to parse the
+#: same records with every column.
+ReadChunk = tuple[pl.DataFrame, list[RefusedRow], Callable[[], pl.DataFrame] | None]
 
 _PARQUET_MAGIC = b"PAR1"
 #: Bytes of a CSV read at a time by a first pass (cut at the last line end).
@@ -107,34 +115,45 @@ class OpenedFile:
     def __init__(self, label: str, local: Path, form: Format, dialect: Dialect, block_bytes: int) -> None:
         self.label, self.local, self.format = label, local, form
         self.columns: list[str] = []
+        #: the columns the file's reader maps (its ``read_columns``), once it has seen the header:
+        #: CSV chunks after that parse only these (None: every column)
+        self.read_columns: list[str] | None = None
         self._dialect, self._block = dialect, block_bytes
 
     @property
     def parquet(self) -> bool:
         return self.format == "parquet"
 
-    def chunks(self, rows: int) -> Generator[Chunk]:
+    def chunks(self, rows: int) -> Generator[ReadChunk]:
         """The file as text frames of about ``rows`` records (``_line``: the file's), null literals
         (``NULL``, ``\\N``) read as empty fields; JSON Lines as frames of their records (nested
-        fields as Polars structs and lists)."""
-        for frame, refused in self._chunks(rows):
-            yield null_literals(frame), refused
-
-    def _chunks(self, rows: int) -> Generator[Chunk]:
+        fields as Polars structs and lists). A CSV chunk read after :attr:`read_columns` is set
+        holds only those columns (Polars' parse costs with the columns it makes: a CUR 2.0 file
+        has 60 and its mapping reads 28), and comes with how to parse it whole; a chunk holding
+        bytes that are not UTF-8 is parsed whole at once (its refusal names the column that holds
+        them)."""
         if self.format == "jsonl":
             with _opened(self.local, self.label) as stream:
-                yield from jsonl_chunks(
+                for frame, refused in jsonl_chunks(
                     stream.read, self.label, rows, self._block, keys=self._dialect.raw_keys
-                )
+                ):
+                    yield null_literals(frame), refused, None
             return
         if self.parquet:
             for frame in parquet_chunks(self.local, self.label, rows):
-                yield self._dialect.parquet_text(frame), []
+                yield null_literals(self._dialect.parquet_text(frame)), [], None
             return
         with _opened(self.local, self.label) as stream:
-            yield from csv_chunks(
+            for chunk in csv_record_chunks(
                 stream.read, self.label, rows, block=self._block, keys=self._dialect.raw_keys
-            )
+            ):
+                wanted = self.read_columns
+                if wanted is None or chunk.records.undecodable:
+                    frame, refused = chunk.parse()
+                    yield null_literals(frame), refused, None
+                    continue
+                frame, refused = chunk.parse([c for c in chunk.names if c in wanted])
+                yield null_literals(frame), refused, functools.partial(_whole, chunk)
 
     def blocks(self, wanted: list[str]) -> Iterator[pl.DataFrame]:
         """The ``wanted`` columns (those the file has, in file order) as text, one large block at a
@@ -158,12 +177,26 @@ class OpenedFile:
             ) from None
 
 
+def _whole(chunk: RecordChunk) -> pl.DataFrame:
+    """``chunk``'s records parsed with every column (its refusals are the same as any parse's)."""
+    return null_literals(chunk.parse()[0])
+
+
+class EveryColumn(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by :meth:`FileDialect.normalize` on a chunk holding only its ``read_columns`` when the
+    outcome needs the file's other columns too (a refused row's raw text is the whole record): the
+    driver parses the chunk's records again whole and normalizes that."""
+
+
 class FileDialect(Protocol):
     """What a dialect knows of one file once it has seen its first chunk."""
 
     #: the file's billing period (every batch carries it; the window check uses it); None: the
     #: file names none, and its lines are replaced by file.
     period: Period | None
+    #: Optional (``getattr``): the columns ``normalize`` reads. CSV chunks after the first are
+    #: then parsed with only these, and ``normalize`` raises :class:`EveryColumn` where it needs
+    #: the others; absent or None, every column is parsed.
 
     def normalize(self, chunk: pl.DataFrame) -> Normalized:
         """A text chunk (``_line`` numbered) → (lines with ``line_no`` and ``line_key``, refused,
@@ -313,18 +346,26 @@ def read_file(
             reader = dialect.begin(opened, first[0], file.period)
         except SkipFile:
             return
+        opened.read_columns = getattr(reader, "read_columns", None)
         period = reader.period
         if period is not None and start is not None and end is not None and not overlaps(period, start, end):
             return  # a file of other billing periods
         duplicates = Duplicates()
         read = accepted = refused_count = 0
-        for frame, io_refused in _prepend(first, chunks):
+        for frame, io_refused, whole in _prepend(first, chunks):
             batch_read = frame.height + len(io_refused)
             if dialect.duplicates_in == "chunk":
                 duplicates = Duplicates()
-            lines, bad, findings = reader.normalize(frame)
+            try:
+                lines, bad, findings = reader.normalize(frame)
+            except EveryColumn:
+                assert whole is not None, "only a chunk read in part can lack a column"
+                frame, whole = whole(), None
+                lines, bad, findings = reader.normalize(frame)
             lines, repeated = duplicates.refuse(lines, reader)
             if repeated:
+                if whole is not None:  # the repeated records are normalized again: whole, as any
+                    frame = whole()
                 findings = _without_repeats(findings, frame, repeated, reader)
             lines = conform(lines)
             quantity = getattr(reader, "quantity_column", None)
@@ -435,6 +476,6 @@ def _opened(path: Path, label: str) -> Iterator[IO[bytes]]:
         yield stream
 
 
-def _prepend(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
+def _prepend(first: ReadChunk, rest: Iterator[ReadChunk]) -> Iterator[ReadChunk]:
     yield first
     yield from rest

@@ -584,6 +584,43 @@ def csv_chunks(
     (and one read ``block``) held. ``keys``: a ``line_key`` column, ``sha1:`` of each record's raw
     bytes; ``columns``: parse only these (by name).
     """
+    for chunk in csv_record_chunks(
+        read, file, rows, block=block, separator=separator, keys=keys, chunk_bytes=chunk_bytes
+    ):
+        wanted = [c for c in chunk.names if c in columns] if columns is not None else None
+        yield chunk.parse(wanted)
+
+
+class RecordChunk(NamedTuple):
+    """A chunk of a CSV cut into records (:func:`csv_record_chunks`), not yet parsed: ``names`` are
+    the header's columns. :meth:`parse` makes its text frame of some columns or all of them — as
+    often as asked, so a reader may parse only the columns it maps and, for a chunk where it needs
+    every column (a refused row's raw text), parse the same records again whole."""
+
+    header: bytes
+    records: Records
+    names: list[str]
+    file: str
+    separator: str
+
+    def parse(self, wanted: list[str] | None = None) -> tuple[pl.DataFrame, list[RefusedRow]]:
+        """The text frame (``_line`` numbered) of the ``wanted`` columns (the header's order; None:
+        every column) and the refused records."""
+        return _parse_records(self.header, self.records, self.names, self.file, self.separator, wanted)
+
+
+def csv_record_chunks(
+    read: Callable[[int], bytes],
+    file: str,
+    rows: int,
+    *,
+    block: int = BLOCK_BYTES,
+    separator: str = ",",
+    keys: bool = False,
+    chunk_bytes: int | None = None,
+) -> Iterator[RecordChunk]:
+    """:func:`csv_chunks`' chunks cut into records, before Polars parses them (the same cuts,
+    lines and refusals)."""
     buf = bytearray()
     eof = False
 
@@ -607,7 +644,6 @@ def csv_chunks(
         header = header[3:]
     if not header.endswith(b"\n"):
         header += b"\n"
-    wanted = [c for c in names if c in columns] if columns is not None else None
     del buf[:header_end]
     more(1 << 20)
     sample = bytes(buf[: 1 << 20])
@@ -638,7 +674,7 @@ def csv_chunks(
         size = chunk_bytes or max(1, avg * rows)
         if records.lines or records.multi or records.refused or not produced:
             produced = True
-            yield _parse_records(header, records, names, file, separator, wanted)
+            yield RecordChunk(header, records, names, file, separator)
         line += taken.count(b"\n")
         if final or (eof and not buf):
             return

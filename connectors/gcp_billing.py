@@ -517,7 +517,7 @@ class GcpExportDialect(Dialect):
         facts: tuple[pl.DataFrame, bool, bool] | None = None
         columns: set[str] = set()
         spelled: dict[str, str] = {}
-        for frame, _refused in opened.chunks(self.chunk_rows):
+        for frame, _refused, _whole in opened.chunks(self.chunk_rows):
             columns.update(c for c in frame.columns if c not in (LINE, "line_key"))
             flat, spelled = _flat(frame, opened.label, opened.format)
             good = _checks(flat, opened.label, spelled).rows
