@@ -38,6 +38,7 @@ mirrored at github.com/Ascend/mind-cluster; read at 22bb3d98, 2026-08-21:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -48,7 +49,7 @@ from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
 from connectors.vendor_frames import SeriesMeta, fallback, long_frame, per_device, to_samples
 from connectors.vendor_names import ascend_model
 
-VENDOR = "huawei"
+VENDOR: Literal["huawei"] = "huawei"
 MAX_ID = 200
 MIB = 1024 * 1024
 #: exporter metric → (internal key, factor to the ledger's unit)
@@ -101,6 +102,7 @@ def workload_of(labels: Mapping[str, str], device_id: str) -> WorkloadInfo | Non
 def _device(labels: Mapping[str, str], device_id: str, stamp: Stamp) -> DeviceInfo:
     npu = labels.get("id", "")
     return DeviceInfo(
+        vendor=VENDOR,
         device_id=device_id,
         environment=stamp.environment,
         region=stamp.region,

@@ -162,6 +162,7 @@ class NpuSmiSampler:
 
     def _device(self, chip: Chip) -> DeviceInfo:
         return DeviceInfo(
+            vendor="huawei",
             device_id=f"{self.options.node}/npu{chip.npu}-{chip.chip}"[:200],
             environment=self.options.environment,  # type: ignore[arg-type]  # checked by SmiOptions
             region=self.options.region,

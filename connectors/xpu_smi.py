@@ -185,6 +185,7 @@ class XpuSmiSampler:
             if size.isdigit() and int(size) > 0:
                 self._mem_total[index] = float(size)
             devices[index] = DeviceInfo(
+                vendor="intel",
                 device_id=str(entry["uuid"])[:200],
                 environment=self.options.environment,  # type: ignore[arg-type]  # checked by SmiOptions
                 region=self.options.region,

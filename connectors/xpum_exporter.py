@@ -39,6 +39,7 @@ docs/vendors.md has the full table. What this module decides:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
 from connectors.vendor_frames import SeriesMeta, fallback, long_frame, per_device, to_samples
 from connectors.vendor_names import intel_model
 
-VENDOR = "intel"
+VENDOR: Literal["intel"] = "intel"
 MAX_ID = 200  # the ledger's device_id column
 #: exporter metric → (internal key, factor to the ledger's unit, how tiles combine)
 FIELDS: dict[str, tuple[str, float, str]] = {
@@ -78,6 +79,7 @@ def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
 
 def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
     return DeviceInfo(
+        vendor=VENDOR,
         device_id=uuid,
         environment=stamp.environment,
         region=stamp.region,

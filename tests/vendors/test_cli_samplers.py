@@ -110,9 +110,9 @@ def test_the_agent_loads_the_xpu_smi_sampler_and_reads_every_gpu(tmp_path: Path)
     assert rows(batch) == expected
     assert set(batch.columns["ts_ms"]) == {1_764_421_200_250}
     assert [(w.workload_key, w.facts.get("slurm.job")) for w in batch.workloads] == [(job, "4242")]
-    assert [(d.device_id, d.gpu_model, d.node, d.region, d.gpu_index) for d in batch.devices] == [
-        (GPU_A, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 0),
-        (GPU_B, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 1),  # named from PCI id 0xbd5
+    assert [(d.device_id, d.gpu_model, d.node, d.region, d.gpu_index, d.vendor) for d in batch.devices] == [
+        (GPU_A, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 0, "intel"),
+        (GPU_B, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 1, "intel"),  # named from PCI id 0xbd5
     ]
 
 
@@ -214,10 +214,10 @@ def test_npu_smi_info_gives_each_chip_split_between_its_workloads(tmp_path: Path
     expected[(chip2, "mem_total_b", "")] = (65536.0 * MIB, 1.0)  # chip 2 reads NA for the rest
     assert rows(batch) == expected
     assert {w.workload_key for w in batch.workloads} == {pod, box}
-    assert [(d.device_id, d.gpu_model, d.gpu_index, d.node) for d in batch.devices] == [
-        (chip0, "Ascend 910B3", 0, "npu-node-01"),
-        (chip1, "Ascend 910B3", 1, "npu-node-01"),
-        (chip2, "Ascend 910B3", 2, "npu-node-01"),
+    assert [(d.device_id, d.gpu_model, d.gpu_index, d.node, d.vendor) for d in batch.devices] == [
+        (chip0, "Ascend 910B3", 0, "npu-node-01", "huawei"),
+        (chip1, "Ascend 910B3", 1, "npu-node-01", "huawei"),
+        (chip2, "Ascend 910B3", 2, "npu-node-01", "huawei"),
     ]
 
 

@@ -63,9 +63,9 @@ def test_the_xpu_manager_page_gives_each_gpu_once_with_tiles_folded() -> None:
     for key, (value, workload) in expected.items():
         assert got[key] == (pytest.approx(value, abs=1e-9), workload), key
     assert batch.samples["ts_ms"].unique().to_list() == [TS]
-    assert {d.device_id: (d.gpu_model, d.node) for d in batch.devices} == {
-        GPU_A: ("Intel Data Center GPU Max 1550", "xe-node-01"),
-        GPU_B: ("Intel Data Center GPU Max 1550", "xe-node-01"),
+    assert {d.device_id: (d.gpu_model, d.node, d.vendor) for d in batch.devices} == {
+        GPU_A: ("Intel Data Center GPU Max 1550", "xe-node-01", "intel"),
+        GPU_B: ("Intel Data Center GPU Max 1550", "xe-node-01", "intel"),
     }
     assert [(w.workload_key, w.namespace, w.workload) for w in batch.workloads] == [
         (train, "ml", "train-xe-0")
@@ -96,9 +96,9 @@ def test_the_npu_exporter_page_gives_each_chip_with_its_pod_and_own_timestamp() 
     }
     assert got == {k: (pytest.approx(v, abs=1e-9), w) for k, (v, w) in expected.items()}
     assert batch.samples["ts_ms"].unique().to_list() == [TS]  # the exporter's collection time
-    assert sorted((d.device_id, d.gpu_model, d.gpu_index) for d in batch.devices) == [
-        (CHIP_0, "Ascend 910B3", 0),
-        (CHIP_1, "Ascend 910B3", 1),
+    assert sorted((d.device_id, d.gpu_model, d.gpu_index, d.vendor) for d in batch.devices) == [
+        (CHIP_0, "Ascend 910B3", 0, "huawei"),
+        (CHIP_1, "Ascend 910B3", 1, "huawei"),
     ]
     assert [(w.workload_key, w.namespace, w.workload) for w in batch.workloads] == [
         (pod, "llm", "pretrain-0")

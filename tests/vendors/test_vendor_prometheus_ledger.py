@@ -156,8 +156,11 @@ def test_intel_gpus_land_with_eu_activity_as_busy_and_tiles_folded(
               busy_s_gpu_util=0.0, energy_j=702_900.0, power_avg_w=195.25,
               mem_used_max_b=float(2147483648 + 1073741824), temp_max_c=41.0, gpu_model=model)  # fmt: skip
     with engine.connect() as conn:
-        models = dict(conn.execute(select(Device.device_id, Device.gpu_model)).all())
-    assert models == {GPU_A: model, GPU_B: model}
+        models = {
+            d: (m, v) for d, m, v in conn.execute(select(Device.device_id, Device.gpu_model, Device.vendor))
+        }
+    assert models == {GPU_A: (model, "intel"), GPU_B: (model, "intel")}
+    assert {r["vendor"] for r in rows.values()} == {"intel"}
 
 
 def test_ascend_npus_land_with_ai_core_as_busy_and_failed_reads_as_gaps(
@@ -184,3 +187,4 @@ def test_ascend_npus_land_with_ai_core_as_busy_and_failed_reads_as_gaps(
     # Chip 1: idle at 0 %; in hour 11 AI Core 4 % < 5 % → 144 s busy, still all idle.
     check((CHIP_1, 10, ""), present_s=3600.0, busy_s=0.0, idle_s=3600.0, energy_j=96.9 * 3600, **common)
     check((CHIP_1, 11, ""), present_s=3600.0, busy_s=144.0, idle_s=3600.0, busy_s_gpu_util=0.0, **common)
+    assert {r["vendor"] for r in rows.values()} == {"huawei"}
