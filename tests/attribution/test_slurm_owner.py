@@ -1,8 +1,10 @@
-"""Slurm jobs owned by their accounts, through the real ingest paths on SQLite and PostgreSQL: the
-``slurm`` connector's facts (tests/fixtures/slurm) kept per workload key, a metrics source's rows
-for the same jobs — the node agent's ``slurm:<jobid>``, dcgm-exporter's ``hpc:<jobid>`` — named by
-``[[attribution]]`` rules over ``slurm.account`` / ``slurm.partition``, whether the facts come
-before the metrics (at ingest) or after (``reattribute``); hostile accounting lines quarantined."""
+"""Slurm jobs owned by their accounts, through the real ingest paths on SQLite and PostgreSQL:
+the ``slurm`` connector's facts (tests/fixtures/slurm) kept per workload key; a metrics source's
+rows for the same jobs — the node agent's ``slurm:<jobid>`` (its attributor reading a process's
+cgroup), dcgm-exporter's ``hpc:<jobid>`` — named by ``[[attribution]]`` rules over
+``slurm.account`` / ``slurm.partition`` / ``slurm.user``, whether the facts come before the metrics
+(at ingest) or after (``reattribute``); hostile accounting lines quarantined; the CLI and the
+scheduler run the connector."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from attribution_fleet import owners, rule, total_cost
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 
+from connectors.attribution import ProcessAttributor
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBatch, Sampling, WorkloadInfo
 from connectors.registry import default_registry
 from connectors.sdk import ConnectorStatus
@@ -43,9 +46,30 @@ class NodesConfig(ConnectorConfig):
     pass
 
 
+def agent_workload(root: Path) -> WorkloadInfo:
+    """What the node agent's attributor says of a GPU process of job 4711: a /proc with the
+    process in the job's cgroup (Slurm's cgroup/v2 layout) run by bob, read by ProcessAttributor."""
+    proc = root / "proc" / "31337"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n")
+    (proc / "comm").write_text("pt_main_thread\n")
+    (proc / "status").write_text("Name:\tpt_main_thread\nUid:\t1001\t1001\t1001\t1001\n")
+    passwd = root / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\nbob:x:1001:1001::/home/bob:/bin/zsh\n")
+    return ProcessAttributor(proc_root=root / "proc", passwd=passwd).workload(31337)
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> WorkloadInfo:
+    return agent_workload(tmp_path)
+
+
 class Nodes:
-    """gpu01 (node agent: ``slurm:4711``, its cgroup facts) and gpu02 (dcgm-exporter:
-    ``hpc:5001``, no facts); hour 0 both busy, hour 1 gpu02 idle."""
+    """gpu01 (the node agent's process of job 4711, as its attributor names it) and gpu02
+    (dcgm-exporter: ``hpc:5001``, no facts); hour 0 both busy, hour 1 gpu02 idle."""
+
+    def __init__(self, agent: WorkloadInfo) -> None:
+        self.agent = agent
 
     kind: ClassVar[Literal["metrics"]] = "metrics"
     config_model: ClassVar[type[ConnectorConfig]] = NodesConfig
@@ -64,15 +88,7 @@ class Nodes:
             ts = t0 + minute * 60_000
             rows.append(("gpu01-0", ts, "gpu_util", 90.0, "slurm:4711", 1.0))
             rows.append(("gpu02-0", ts, "gpu_util", 40.0, "hpc:5001" if minute < 60 else "", 1.0))
-        workloads = [
-            WorkloadInfo(
-                "slurm:4711",
-                user_name="bob",
-                workload="4711",
-                facts={"slurm.job": "4711", "unix.user": "bob"},
-            ),
-            WorkloadInfo("hpc:5001", workload="5001"),
-        ]
+        workloads = [self.agent, WorkloadInfo("hpc:5001", workload="5001")]
         yield SampleBatch(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"), self.discover(), workloads)
 
 
@@ -94,8 +110,11 @@ def facts(engine: Engine, path: Path = SACCT) -> Any:
     return ingest_facts(engine, "slurm-main", slurm(path), HOUR0, END)
 
 
-def metrics(engine: Engine) -> None:
-    ingest_window(engine, "nodes", Nodes(), HOUR0, END, attribution_rules=RULES)
+def metrics(engine: Engine, agent: WorkloadInfo) -> None:
+    assert agent == WorkloadInfo(
+        "slurm:4711", user_name="bob", workload="4711", facts={"slurm.job": "4711", "unix.user": "bob"}
+    )
+    ingest_window(engine, "nodes", Nodes(agent), HOUR0, END, attribution_rules=RULES)
 
 
 def hours(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -112,7 +131,7 @@ OWNED = [
 ]
 
 
-def test_facts_first_then_metrics_own_the_jobs_at_ingest(engine: Engine) -> None:
+def test_facts_first_then_metrics_own_the_jobs_at_ingest(engine: Engine, agent: WorkloadInfo) -> None:
     price(engine)
     result = facts(engine)
     assert (result.status, result.read, result.accepted, result.refused, result.workloads) == (
@@ -130,15 +149,15 @@ def test_facts_first_then_metrics_own_the_jobs_at_ingest(engine: Engine) -> None
         "slurm.partition": "gpu", "slurm.qos": "normal",
     }  # fmt: skip
     assert (run.read, run.accepted, run.rejected, run.ledger_rows, run.status) == (20, 20, 0, 0, "OK")
-    metrics(engine)
+    metrics(engine, agent)
     assert hours(owners(engine)) == OWNED
     # 3 present device-hours at 3 USD, whoever owns them; each job's hour is its account's
     assert total_cost(engine) == Decimal(12)
 
 
-def test_metrics_first_then_facts_and_reattribute(engine: Engine) -> None:
+def test_metrics_first_then_facts_and_reattribute(engine: Engine, agent: WorkloadInfo) -> None:
     price(engine)
-    metrics(engine)
+    metrics(engine, agent)
     # Nobody named gpu02's job yet; the agent's own user names gpu01's.
     assert [r[3:] for r in hours(owners(engine))] == [
         (None, None, "bob", "source"), (None, None, "bob", "source"),
