@@ -5,6 +5,7 @@ GPU-node placement — with configuration the real loaders accept."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -76,8 +77,11 @@ def test_kustomize_builds_it_when_kubectl_is_here() -> None:
     out = subprocess.run([kubectl, "kustomize", str(K8S_DIR)], capture_output=True, text=True, check=True)
     built = {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(out.stdout)}
     assert set(built) == set(OBJECTS)
+    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding")
     assert all(
-        d["metadata"].get("namespace") == "gpu-ledger" for k, d in built.items() if k[:9] != "Namespace"
+        d["metadata"].get("namespace") == "gpu-ledger"
+        for k, d in built.items()
+        if d["kind"] not in cluster_scoped
     )
     images = {
         c["image"]
@@ -121,7 +125,8 @@ def test_containers_run_non_root_read_only_with_no_capabilities(key: str, name: 
     assert ctx["allowPrivilegeEscalation"] is False
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["capabilities"] == {"drop": ["ALL"]}
-    assert spec["automountServiceAccountToken"] is False
+    # Only the agent talks to the API (its read-only role, agent-rbac.yaml): nothing else gets a token.
+    assert spec["automountServiceAccountToken"] is (key == "DaemonSet/gpu-ledger-agent")
     resources = container(key, name)["resources"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"] and resources["limits"]["memory"]
 
@@ -191,6 +196,22 @@ def test_agent_gets_nvml_host_pids_a_spool_on_the_node_and_a_metrics_port() -> N
     assert monitor["spec"]["selector"]["matchLabels"].items() <= metrics["selector"].items()
 
 
+def test_agent_reads_the_api_with_a_read_only_role_and_mounts_the_kubelet_socket() -> None:
+    rules = OBJECTS["ClusterRole/gpu-ledger-agent"]["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"],
+                      "verbs": ["get", "list", "watch"]}]  # fmt: skip
+    binding = OBJECTS["ClusterRoleBinding/gpu-ledger-agent"]
+    assert binding["roleRef"]["name"] == "gpu-ledger-agent"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-ledger-agent", "namespace": "gpu-ledger"}
+    ]
+    assert "ServiceAccount/gpu-ledger-agent" in OBJECTS
+    assert pod_spec("DaemonSet/gpu-ledger-agent")["serviceAccountName"] == "gpu-ledger-agent"
+    agent = container("DaemonSet/gpu-ledger-agent", "agent")
+    mount = next(m for m in agent["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+
+
 def test_agent_init_script_renders_a_config_the_agent_loads(tmp_path: Path) -> None:
     """Runs the init container's own script (paths moved under tmp_path) and loads its output
     with the agent's loader: the settings the DaemonSet runs with are real and complete."""
@@ -234,7 +255,11 @@ def test_agent_init_script_renders_a_config_the_agent_loads(tmp_path: Path) -> N
     assert settings.service_url == "http://gpu-ledger.gpu-ledger.svc"  # the Service, in its namespace
     # The agent's own path to its sampler: source_options validated by NVML's config model (NVML
     # itself is started on the first sample, so this runs without a GPU).
-    nvml = load_sampler(settings).config
+    # The API server (in-cluster: the pod's service account) and this node's name; outside a
+    # cluster the client has no service account to read, so the sampler is built without it.
+    assert (settings.kubernetes_api, settings.kubernetes_node) == ("in-cluster", "gpu-node-17")
+    assert spec["serviceAccountName"] == "gpu-ledger-agent" and spec["automountServiceAccountToken"]
+    nvml = load_sampler(dataclasses.replace(settings, kubernetes_api=None)).config
     assert nvml.node == "gpu-node-17" and nvml.region == "dc1" and nvml.period_s == settings.period_s
     # The agent's connector on the service side exists under the same name.
     service_config = OBJECTS["ConfigMap/gpu-ledger-config"]["data"]["config.toml"]
