@@ -16,6 +16,7 @@ MODULES: dict[str, str] = {
     "dcgm": "connectors.dcgm",  # NVIDIA dcgm-exporter
     "xpum": "connectors.xpum_exporter",  # Intel XPU Manager exporter
     "ascend": "connectors.npu_exporter",  # Huawei Ascend npu-exporter
+    "amd": "connectors.rocm_exporter",  # AMD ROCm device-metrics-exporter
 }
 DEFAULT = "dcgm"
 

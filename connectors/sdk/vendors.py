@@ -61,4 +61,4 @@ def vendor_expr(gpu_model: str = "gpu_model") -> pl.Expr:
     found = pl.lit(None, pl.String)
     for vendor, pattern in reversed(PATTERNS):  # the first pattern that matches wins
         found = pl.when(pl.col(gpu_model).str.contains(pattern)).then(pl.lit(vendor)).otherwise(found)
-    return found
+    return found.alias("vendor")
