@@ -382,6 +382,7 @@ def _ingest_billing(  # noqa: PLR0917
             end,
             catalog=settings.instance_catalog(),
             gpu_cost_share=settings.gpu_cost_share,
+            attribution_rules=settings.attribution,
             on_file=progress,
         )
     for line in billing_summary(result):

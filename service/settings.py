@@ -217,7 +217,10 @@ class Settings(BaseSettings):
         from service.billing.rates import reprice_after_metrics
 
         return partial(
-            reprice_after_metrics, gpu_cost_share=self.gpu_cost_share, catalog=self.instance_catalog()
+            reprice_after_metrics,
+            gpu_cost_share=self.gpu_cost_share,
+            catalog=self.instance_catalog(),
+            attribution_rules=self.attribution,  # owners of unmonitored spend, from the bills' tags
         )
 
     def api_settings(self) -> ApiSettings:

@@ -81,6 +81,7 @@ from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileE
 from connectors.billing_driver import capacity_findings
 from connectors.sdk import BillingSource, ConnectorStatus
 from connectors.sdk.billing import Finding, merge_findings
+from service.attribution.rules import AttributionRule
 from service.billing import currency_mix, health, store
 from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
@@ -204,8 +205,12 @@ def ingest_billing(
     after_import: AfterImport | None = None,
     gpu_cost_share: Decimal = Decimal(1),
     limits: health.QualityLimits | None = None,
+    attribution_rules: Sequence[AttributionRule] = (),
 ) -> BillingImportResult:
     """Import the export files of billing connector ``name`` whose periods overlap ``[start, end)``.
+
+    ``attribution_rules`` name the owners of the unmonitored spend the re-pricing writes, from the
+    bill's tags (:mod:`service.billing.tags`).
 
     ``limits``: when the run is ``DEGRADED``; by default the connector config's
     ``max_refused_rows_pct``/``max_refused_cost_pct`` (``connector.config``), else 1 % and 0.5 %.
@@ -216,7 +221,9 @@ def ingest_billing(
         )
     catalog = catalog or bundled_catalog()
     limits = limits or health.QualityLimits.of(getattr(connector, "config", None))
-    hook = after_import if after_import is not None else reprice_hook(gpu_cost_share, catalog)
+    hook = (
+        after_import if after_import is not None else reprice_hook(gpu_cost_share, catalog, attribution_rules)
+    )
     with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
         importer = _Importer(engine, name, run, catalog, on_file, clock, (start, end))
         try:
@@ -660,12 +667,21 @@ def merge_periods(periods: Sequence[Period]) -> list[Period]:
     return merged
 
 
-def reprice_hook(gpu_cost_share: Decimal, catalog: InstanceCatalog) -> AfterImport:
+def reprice_hook(
+    gpu_cost_share: Decimal, catalog: InstanceCatalog, attribution_rules: Sequence[AttributionRule] = ()
+) -> AfterImport:
     """Re-price the ledger from the bill over each touched span (``service.billing.rates``)."""
     from service.billing.rates import reprice
 
     def hook(engine: Engine, periods: list[Period]) -> None:
         for start, end in periods:
-            reprice(engine, start, end, gpu_cost_share=gpu_cost_share, catalog=catalog)
+            reprice(
+                engine,
+                start,
+                end,
+                gpu_cost_share=gpu_cost_share,
+                catalog=catalog,
+                attribution_rules=attribution_rules,
+            )
 
     return hook

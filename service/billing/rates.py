@@ -24,6 +24,15 @@
   per resource and run of hours with equal rates; a metrics ingest that arrives later prices its
   rows with them (:mod:`service.pricing.apply`). Only :func:`reprice` keeps the unmonitored row
   and the exact remainders right, so the ingestor should call it after ingesting cloud metrics.
+* **Owners of unmonitored spend**: no metric saw those GPU-hours, so no workload names an owner;
+  the bill's tags of the instance do (:mod:`service.billing.tags`: ``cloud.tag:<key>`` facts). The
+  ``[[attribution]]`` rules give the unmonitored rows their project, team, user and ``owner_rule``
+  from them, and the pseudo-device keeps them as its ``tags`` (``gpu-ledger reattribute`` reads
+  them there). A tagged instance's unmonitored rows are *held* — workload ``cloud:<resource_id>``,
+  the instance itself, rented whole by whoever its tags name — so their cost is that owner's, not
+  the unallocated pool's (where answers null every workload dimension); an untagged instance's
+  stay unallocated (workload ``''``), as before. Tagged or not does not depend on the rules, so
+  re-applying changed rules never has to move a row between the two.
 * **Not GPU cost**: lines without a resource (unused RIs/Savings Plans, account credits, tax) and
   resources without GPUs (EBS, disks). Unused commitments are reported by reconciliation.
 
@@ -37,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -63,7 +72,9 @@ from sqlalchemy import table as sql_table
 
 from connectors.sdk.shapes import DEVICE
 from connectors.sdk.vendors import vendor_expr
+from service.attribution import OWNER_COLUMNS, AttributionRule
 from service.billing.catalog import InstanceCatalog, bundled_catalog
+from service.billing.tags import resource_owners
 from service.dbtypes import table_of
 from service.ledger import bulk, partitions, store
 from service.models import BillingLine, Device, GpuRate, LedgerHour
@@ -74,6 +85,8 @@ from service.pricing.rates import BILLING_KIND, BILLING_PRECEDENCE
 from service.timeutil import ceil_hour, floor_hour, hour_index, hour_start
 
 UNMONITORED_SUFFIX = "/unmonitored"
+#: Workload key of a tagged instance's unmonitored spend: the instance itself held its GPUs.
+CLOUD_WORKLOAD = "cloud:"
 US_PER_HOUR = 3_600_000_000
 _FRACTION_DENOMINATOR = 1000  # as service.pricing.apply: MIG k/7 stays exact
 
@@ -641,12 +654,14 @@ def reprice(
     *,
     gpu_cost_share: Decimal | float | str = Decimal(1),
     catalog: InstanceCatalog | None = None,
+    attribution_rules: Sequence[AttributionRule] = (),
 ) -> RepriceResult:
     """Price cloud GPU ledger hours in ``[start, end)`` (widened to whole charge spans) from the bill.
 
     One transaction: billing ``GpuRate`` rows and unmonitored-spend rows of the window are replaced,
     device rows of billed instances get their bill share, the day rollup is rebuilt.
-    ``catalog`` (default: the bundled one) names the GPU model of unmonitored-spend rows.
+    ``catalog`` (default: the bundled one) names the GPU model of unmonitored-spend rows;
+    ``attribution_rules`` their owners, from the bill's tags.
 
     Column-wise: the bill's share per resource-hour, its split over device rows and the rates are
     Polars expressions over Int128 (exact: the same numbers as the rational arithmetic the module
@@ -665,7 +680,9 @@ def reprice(
         spans = _spans(conn, start, end, resources) if resources else []
         devices = _device_rows(conn, start_h, end_h, resources)
         priced = _price(spans, devices, share)
-        unmonitored = _unmonitored_rows(priced, _resources_frame(spans, catalog))
+        billed = _resources_frame(spans, catalog)
+        owners = resource_owners(conn, billed["resource"].to_list(), start, end, attribution_rules)
+        unmonitored = _unmonitored_rows(priced, billed.join(owners, on="resource", how="left"))
 
         check_rates_storable(priced.rates)
         _replace_rates(conn, start, end, priced.rates)
@@ -677,7 +694,7 @@ def reprice(
         _set_prices(conn, priced.updates)
         if unmonitored.height:
             _insert_hours(conn, unmonitored)
-            _upsert_devices(conn, unmonitored)
+            _upsert_devices(conn, unmonitored, _tags_of(owners))
         _reprice_orphans(conn, start_h, end_h)
         if conn.dialect.name == "sqlite":  # PostgreSQL drops it at commit
             conn.exec_driver_sql(f"DELETE FROM temp.{_PRICED}")
@@ -751,13 +768,17 @@ def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
     present = pl.DataFrame({"gap": gaps, "present_s": [seconds[g] for g in gaps]},
                            schema={"gap": _I128, "present_s": pl.Float64})  # fmt: skip
     hour = _hour_start(pl.col("h"))
+    tagged = pl.col("facts").list.len().fill_null(0) > 0
     return (
         rows.join(present, on="gap", how="left", maintain_order="left")
         .join(resources, on="resource", how="left", maintain_order="left")
         .select(
             "source",
             (pl.col("resource") + UNMONITORED_SUFFIX).alias("device_id"),
-            pl.lit("").alias("workload_key"),
+            pl.when(tagged)
+            .then(CLOUD_WORKLOAD + pl.col("resource"))
+            .otherwise(pl.lit(""))
+            .alias("workload_key"),
             pl.col("provider").alias("environment"),
             "provider",
             "account",
@@ -766,6 +787,9 @@ def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
             "instance_type",
             "gpu_model",
             vendor_expr("gpu_model").alias("vendor"),  # a bill names the model, not the vendor
+            *OWNER_COLUMNS,
+            pl.when(tagged).then(pl.col("resource")).alias("workload"),
+            "owner_rule",
             pl.lit(1.0).alias("gpu_fraction"),
             pl.lit("sm_active").alias("default_metric"),
             "present_s",
@@ -881,9 +905,19 @@ def _replace_rates(conn: Connection, start: dt.datetime, end: dt.datetime, runs:
         )
 
 
-def _upsert_devices(conn: Connection, rows: pl.DataFrame) -> None:
+def _tags_of(owners: pl.DataFrame) -> dict[str, dict[str, str]]:
+    """Pseudo-device id → its bill's facts (one step per billed resource, not per row)."""
+    return {
+        unmonitored_device_id(resource): {f["key"]: f["value"] for f in facts}
+        for resource, facts in owners.select("resource", "facts").iter_rows()
+        if facts
+    }
+
+
+def _upsert_devices(conn: Connection, rows: pl.DataFrame, tags: Mapping[str, dict[str, str]]) -> None:
     """Register each unmonitored pseudo-device so it lists, groups and filters like a device (its
-    attributes and source from its first row; first and last seen from its hours)."""
+    attributes and source from its first row; first and last seen from its hours; ``tags``: the
+    bill's facts about its instance)."""
     devices = rows.group_by("device_id", maintain_order=True).agg(
         *(pl.col(k).first() for k in (*BILLED_DEVICE_ATTRIBUTES, "source") if k != "device_id"),
         pl.col("hour_start").min().alias("_first"),
@@ -897,7 +931,7 @@ def _upsert_devices(conn: Connection, rows: pl.DataFrame) -> None:
     }
     for d in devices.iter_rows(named=True):
         device_id, first, last = d.pop("device_id"), d.pop("_first"), d.pop("_last")
-        values = d | {"gpu_fraction": 1.0}
+        values = d | {"gpu_fraction": 1.0, "tags": tags.get(device_id)}
         old = existing.get(device_id)
         if old is None:
             conn.execute(
@@ -957,6 +991,7 @@ def reprice_after_metrics(
     *,
     gpu_cost_share: Decimal | float | str = Decimal(1),
     catalog: InstanceCatalog | None = None,
+    attribution_rules: Sequence[AttributionRule] = (),
 ) -> RepriceResult | None:
     """After a metrics ingest of ``[start, end)``: re-price from the bill where one covers that
     time, so hours a bill had booked as unmonitored spend move to the GPUs now metered (a metric
@@ -968,4 +1003,5 @@ def reprice_after_metrics(
         ).first()
     if billed is None:
         return None
-    return reprice(engine, start, end, gpu_cost_share=gpu_cost_share, catalog=catalog)
+    share, rules = gpu_cost_share, attribution_rules
+    return reprice(engine, start, end, gpu_cost_share=share, catalog=catalog, attribution_rules=rules)
