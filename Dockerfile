@@ -41,9 +41,10 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/led
     && mkdir -p /data /etc/gpu-ledger && chown ledger:ledger /data
 COPY --from=build /dist/*.whl /tmp/wheels/
 # constraints.txt pins every dependency (scripts/update-constraints); .ci/run installs the same
-# pins, so the image runs what CI tested. The cloud extras are for the cloud connectors.
+# pins, so the image runs what CI tested. The cloud extras are for the cloud connectors, k8s for the
+# node agent's pod-resources and Kubernetes API readers (docs/agent.md, loaded only when configured).
 COPY constraints.txt /tmp/constraints.txt
-RUN whl=$(ls /tmp/wheels/*.whl) && pip install -c /tmp/constraints.txt "${whl}[cloud]" \
+RUN whl=$(ls /tmp/wheels/*.whl) && pip install -c /tmp/constraints.txt "${whl}[cloud,k8s]" \
     && rm -rf /tmp/wheels /tmp/constraints.txt
 COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/gpu-ledger-entrypoint
 USER 10001:10001

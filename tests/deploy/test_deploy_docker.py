@@ -39,7 +39,7 @@ def test_installs_from_the_pinned_constraints_that_ci_uses_too() -> None:
     stage = runtime_stage()
     assert ("COPY", "constraints.txt /tmp/constraints.txt") in stage
     run = " ".join(args for op, args in stage if op == "RUN")
-    assert re.search(r"pip install -c /tmp/constraints\.txt \"\$\{whl\}\[cloud\]\"", run)
+    assert re.search(r"pip install -c /tmp/constraints\.txt \"\$\{whl\}\[cloud,k8s\]\"", run)
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"pip install -q -c constraints\.txt -e '\.\[test\]'", ci)
     ignored = (ROOT / ".dockerignore").read_text().split()
