@@ -23,7 +23,7 @@ SERVICE_CONFIGS = sorted(
 
 #: The settings issue 14 asks an example of, and the connector types each one must show.
 REQUIRED = {
-    "onprem-dcgm-prometheus.toml": {"prometheus"},
+    "onprem-dcgm-prometheus.toml": {"prometheus", "slurm"},
     "node-agent/service.toml": {"agent"},
     "aws.toml": {"cloudwatch", "aws_cur"},
     "gcp.toml": {"gcp_monitoring", "gcp_billing"},
