@@ -35,10 +35,12 @@ docs/vendors.md says what the utilization counters mean next to NVIDIA's.
   by fraction; VRAM is each partition's own.
 * **Node, workload.** The node is the ``hostname`` label (the exporter sets it to the node's name)
   unless the configuration names one, as for dcgm-exporter. ``pod``/``namespace``/``container``
-  (Prometheus' ``exported_*`` first, as for dcgm-exporter; the exporter writes them empty on an
-  idle GPU, so Prometheus may attach its scrape target's — the exporter's own pod, matched by the
-  profile's ``exporter_pod_pattern`` ``metrics-exporter``, the chart's
-  ``<release>-amdgpu-metrics-exporter-…``) → ``k8s:<ns>/<pod>/<container>``; else ``job_id``,
+  (Prometheus' ``exported_*`` first, as for dcgm-exporter: under ``honor_labels: false`` the
+  exporter's own labels are renamed so and every series carries the scrape target's — the
+  exporter's own pod, matched by the profile's ``exporter_pod_pattern`` ``metrics-exporter``, the
+  chart's ``<release>-amdgpu-metrics-exporter-…``, and never a workload; under the chart's
+  ``honorLabels: true`` the exporter's labels, empty ones included, win) →
+  ``k8s:<ns>/<pod>/<container>``; else ``job_id``,
   ``job_user``, ``job_partition`` (the Slurm prolog's) → ``slurm:<job>``. Facts carry them.
 """
 

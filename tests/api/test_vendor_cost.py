@@ -61,8 +61,8 @@ def _fleet() -> str:
         out.append(series_text(name, labels, ts, [value(i) for i in idx]))
 
     amd = _amd_labels()
-    # GPU 1 is idle: the exporter writes pod="" and Prometheus (the chart's honorLabels: true) then
-    # attaches its scrape target's own pod — the exporter's
+    # GPU 1 is idle: the exporter writes pod="", and a scrape with honor_labels: false keeps its
+    # target's own pod there — the exporter's
     amd[G1] |= {"pod": "amdgpu-metrics-exporter-x7k2p", "namespace": "kube-amd-gpu"}
     for serial, util, watts in ((G0, 80, 600.0), (G1, 0, 100.0), (G2, 50, 400.0)):
         labels = {**amd[serial], "job": "amd", "instance": "mi300-node-01:5000"}
