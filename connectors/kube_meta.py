@@ -19,6 +19,7 @@ it, and the node agent loads it only when ``kubernetes_api`` is set (issue 13's 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -246,6 +247,8 @@ class KubeMetadata:
                     timeout_seconds=self._watch_timeout_s,
                     _request_timeout=self._watch_timeout_s + self._request_timeout_s,
                 ):
+                    if not isinstance(event, Mapping):  # a line that is no JSON: the client hands None
+                        continue
                     obj, change = event.get("raw_object"), event.get("type")
                     if not isinstance(obj, Mapping):
                         continue
@@ -272,12 +275,24 @@ def _raw_watch() -> Any:
         def get_return_type(self, func: Any) -> None:
             return None
 
+        def unmarshal_event(self, data: str, return_type: Any) -> dict[str, Any] | None:
+            # The client's own trips on a line that is JSON but no event (a list, no "type"):
+            # such a line is skipped here, as one that is no JSON is.
+            try:
+                event = json.loads(data)
+            except ValueError:
+                return None
+            if not (isinstance(event, dict) and isinstance(event.get("type"), str)):
+                return None
+            if not isinstance(event.get("object"), dict):
+                return None
+            event["raw_object"] = event["object"]
+            return event
+
     return RawWatch()
 
 
 def _json(data: bytes) -> dict[str, Any]:
-    import json
-
     body = json.loads(data)
     if not isinstance(body, dict):
         raise ValueError("a list answer that is not a JSON object")

@@ -38,6 +38,7 @@ class FakeKubeApi:
         self.version = 1000
         self.compacted = 0  # watches from a version below this get 410
         self.refuse: int | None = None
+        self.garbage: bytes | None = None  # a list answer's body instead of the list
         self.requests: list[tuple[str, dict[str, str]]] = []
         self._changed = threading.Condition()
         self._epoch = 0  # close_watches() bumps it: open streams end
@@ -58,6 +59,13 @@ class FakeKubeApi:
             kind = "MODIFIED" if key in self.objects[resource] else "ADDED"
             self.objects[resource][key] = obj
             self.events.append((self.version, resource, kind, obj))
+            self._changed.notify_all()
+
+    def inject(self, resource: str, line: str) -> None:
+        """A raw line in the resource's watch streams (not JSON, not an event: a broken proxy)."""
+        with self._changed:
+            self.version += 1
+            self.events.append((self.version, resource, "RAW", {"line": line}))
             self._changed.notify_all()
 
     def delete(self, resource: str, obj: dict[str, Any]) -> None:
@@ -149,6 +157,13 @@ class FakeKubeApi:
                     self._list(resource, query)
 
             def _list(self, resource: str, query: dict[str, str]) -> None:
+                if api.garbage is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(api.garbage)))
+                    self.end_headers()
+                    self.wfile.write(api.garbage)
+                    return
                 with api._changed:
                     items = [o for o in api.objects[resource].values()
                              if api._select(resource, o, query.get("fieldSelector", ""))]  # fmt: skip
@@ -164,7 +179,9 @@ class FakeKubeApi:
                                  "items": page})  # fmt: skip
 
             def _chunk(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode() + b"\n"
+                self._raw(json.dumps(body).encode() + b"\n")
+
+            def _raw(self, data: bytes) -> None:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
@@ -185,11 +202,11 @@ class FakeKubeApi:
                         else:
                             while api._epoch == epoch and time.monotonic() < deadline:
                                 for version, res, kind, obj in api.events:
-                                    if (
-                                        version > since
-                                        and res == resource
-                                        and api._select(res, obj, selector)
-                                    ):
+                                    if version <= since or res != resource:
+                                        continue
+                                    if kind == "RAW":
+                                        self._raw(obj["line"].encode() + b"\n")
+                                    elif api._select(res, obj, selector):
                                         self._chunk({"type": kind, "object": obj})
                                 since = api.version
                                 api._changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))

@@ -154,6 +154,40 @@ def test_an_api_that_fails_is_logged_once_and_lookups_answer_nothing(
         assert all(f"HTTP {refusal}" in r.getMessage() for r in caplog.records)
 
 
+def test_garbage_in_a_watch_stream_is_skipped(api: FakeKubeApi, meta: KubeMetadata) -> None:
+    synced(meta)
+    api.inject("namespaces", "<html>502 Bad Gateway</html>")
+    api.inject("namespaces", '{"type": "ADDED", "object": "not an object"}')
+    api.inject("namespaces", '["a", "list"]')
+    api.put("namespaces", namespace("ml-research", {"team": "after-garbage"}))
+    eventually(
+        lambda: meta.namespace_labels("ml-research").get("team") == "after-garbage", "seen after garbage"
+    )
+    assert api.lists("namespaces") == 1  # the watch went on
+
+
+def test_a_list_answer_that_is_no_list_is_logged_once(
+    api: FakeKubeApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.garbage = b'{"kind": "Status", "items": "nope"}'
+    m = KubeMetadata.connect(str(api.kubeconfig(tmp_path)), NODE, backoff_s=(0.01, 0.02))
+    with caplog.at_level(logging.WARNING, logger="connectors.kube_meta"):
+        m.start()
+        try:
+            eventually(lambda: api.lists("pods") >= 3, "retried")
+            api.garbage = b"\xff\xfe not json"
+            eventually(lambda: api.lists("pods") >= 6, "retried")
+            assert m.pod(POD_UID) is None
+            api.garbage = None
+            eventually(lambda: m.pod(POD_UID) is not None, "recovered")
+        finally:
+            m.stop()
+            api.close_watches()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sorted(w.split(":")[1].strip() for w in warned) == ["namespaces", "nodes", "pods"]
+    assert any("without items" in w for w in warned)
+
+
 def test_garbage_objects_are_skipped() -> None:
     assert kube_meta.pod_meta({"metadata": {"name": "x"}}) is None  # no uid
     odd = {
