@@ -53,7 +53,8 @@ SEGMENT_DAYS_PER_BUILD = 31
 
 def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
     """Rebuild ``ledger_hour_segment`` with the service's own builder, a month of days at a time:
-    the days that have one (``only_stored``) or every day of ``ledger_hour``.
+    the days that have one (``only_stored``) or every day of ``ledger_hour`` (also when
+    ``only_stored`` finds none: segments an earlier migration left out are built).
 
     The builder reads the columns the code of today puts in a segment; a migration older than one
     adding such a column to ``ledger_hour`` finds it missing and leaves the segments alone — the
@@ -65,8 +66,13 @@ def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
     have = {c["name"] for c in inspect(bind).get_columns("ledger_hour")}
     if not set(segments.DIMENSION_COLUMNS) <= have:
         return
-    table = "ledger_hour_segment" if only_stored else "ledger_hour"
-    first, last = bind.execute(text(f"SELECT min(day_index), max(day_index) FROM {table}")).one()  # noqa: S608
+    first, last = None, None
+    if only_stored:
+        first, last = bind.execute(
+            text("SELECT min(day_index), max(day_index) FROM ledger_hour_segment")
+        ).one()
+    if first is None:  # every day, or none was stored: an earlier migration skipped them, build all
+        first, last = bind.execute(text("SELECT min(day_index), max(day_index) FROM ledger_hour")).one()
     if first is None:
         return
     for lo in range(first, last + 1, SEGMENT_DAYS_PER_BUILD):
