@@ -264,3 +264,39 @@ def test_gpu_ledger_ingest_runs_a_facts_connector(
         "slurm-bad: DEGRADED: 21 records read, 11 kept as facts of 20 workloads, 1 refused"
     )
     assert CliRunner().invoke(app, ["ingest", "slurm-bad", *window, "--allow-degraded"]).exit_code == 0
+
+
+def test_cost_by_project_over_graphql_shows_the_accounts_and_the_rule(
+    engine: Engine, agent: WorkloadInfo, tmp_path: Path
+) -> None:
+    """Issue 16's "a Slurm job owned by its account lands in cost(groupBy: [PROJECT]) with the
+    hand-computed cost, and the rule that named it is shown", through the real app."""
+    from starlette.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import load_settings
+
+    price(engine)
+    facts(engine)
+    metrics(engine, agent)
+    config = tmp_path / "ledger.toml"
+    url = engine.url.render_as_string(hide_password=False)
+    config.write_text(f'database_url = "{url}"\n[auth]\nanonymous_read = true\n')
+    query = """query($w: TimeWindow!) { cost(window: $w, groupBy: [PROJECT, OWNER_RULE]) {
+      project ownerRule unallocated cost { amount currency } } }"""
+    window = {"start": HOUR0.isoformat(), "end": END.isoformat()}
+    with TestClient(create_app(load_settings(config), engine)) as client:
+        body = client.post("/graphql", json={"query": query, "variables": {"w": window}}).json()
+    assert "errors" not in body, body
+    rows = [
+        (r["project"], r["ownerRule"], r["unallocated"], r["cost"]["amount"]) for r in body["data"]["cost"]
+    ]
+    # 3 USD per GPU-hour: job 4711 (physics) held gpu01 both hours, job 5001 (chem) gpu02 the first
+    assert sorted(rows, key=str) == sorted(
+        [
+            (None, None, True, "3.000000000"),
+            ("chem", "project-from-slurm-account", False, "3.000000000"),
+            ("physics", "project-from-slurm-account", False, "6.000000000"),
+        ],
+        key=str,
+    )
