@@ -201,7 +201,12 @@ def parse_sacct(
         (
             pl.col("cells").list.len() != len(names),
             None,
-            pl.format("{} fields, the header has {}", pl.col("cells").list.len(), pl.lit(len(names))),
+            pl.format(
+                "{} fields, {} {}",
+                pl.col("cells").list.len(),
+                pl.lit("the header has" if header_line else "the configured fields are"),
+                pl.lit(len(names)),
+            ),
         ),
     ]
     frame = frame.with_columns(_first_failure(checks))

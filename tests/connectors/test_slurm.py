@@ -51,6 +51,12 @@ def test_fixture_counts_and_gpu_hours_per_account_match_the_hand_totals() -> Non
     }
 
 
+def test_a_noheader_line_of_the_wrong_width_names_the_configured_fields() -> None:
+    line = "1|1|u|a|p|q|COMPLETED|gres/gpu=1|n|2026-11-30T00:00:00|2026-11-30T01:00:00|01:00:00|extra"
+    [refused] = parse(line).refused
+    assert (refused.line, refused.reason) == (1, "13 fields, the configured fields are 12")
+
+
 def test_noheader_allocations_file_reads_the_same_jobs() -> None:
     # XDMoD's flags (--noheader --allocations): the configured fields name the columns.
     with_steps = parse_sacct(DAY.read_text(), file="a").jobs.drop("line")
