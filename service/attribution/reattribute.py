@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, select, update
 from service.attribution.engine import FACTS_DTYPE, OWNER_COLUMNS, attribute, facts_series
 from service.attribution.rules import SOURCE_RULE, AttributionRule
 from service.attribution.shared_facts import with_other_facts_frame
+from service.billing.tags import with_bill_tags_frame
 from service.dbtypes import table_of
 from service.ledger import store
 from service.ledger import version as ledger_version
@@ -94,7 +95,7 @@ def _chunk(conn: Connection, rules: Sequence[AttributionRule], lo: int, hi: int)
     if current.is_empty():
         return 0, 0, 0
     asked = current.unique(list(KEYS)).height
-    question = _question(conn, current)
+    question = _question(conn, current, lo, hi)
     if question.is_empty():
         return asked, 0, 0
     answer = attribute(question, rules)
@@ -126,7 +127,7 @@ def _current_owners(conn: Connection, lo: int, hi: int) -> pl.DataFrame:
     return pl.DataFrame([tuple(r) for r in conn.execute(stmt)], schema=schema, orient="row")
 
 
-def _question(conn: Connection, current: pl.DataFrame) -> pl.DataFrame:
+def _question(conn: Connection, current: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     """One row per key: the source's own owner and the facts, from ``workload_fact`` and ``device``;
     keys without kept facts whose owner a rule named are left out (nothing to re-decide from)."""
     keys = current.unique(list(KEYS)).select(KEYS)
@@ -142,7 +143,9 @@ def _question(conn: Connection, current: pl.DataFrame) -> pl.DataFrame:
     without = own.join(kept.select(KEYS), on=list(KEYS), how="anti")
     question = pl.concat([kept.select(own.columns), without], how="vertical")
     question = with_other_facts_frame(conn, question)  # a facts connector's, about the same keys
-    return question.join(_device_tags(conn, keys), on="device_id", how="left")
+    question = question.join(_device_tags(conn, keys), on="device_id", how="left")
+    # what the bills of hours [lo, hi) say about the devices' instances (service.billing.tags)
+    return with_bill_tags_frame(conn, question, hour_start(lo), hour_start(hi))
 
 
 #: Keys per ``IN (…)``: under both databases' parameter limits.

@@ -28,7 +28,9 @@
   the bill's tags of the instance do (:mod:`service.billing.tags`: ``cloud.tag:<key>`` facts). The
   ``[[attribution]]`` rules give the unmonitored rows their project, team, user and ``owner_rule``
   from them, and the pseudo-device keeps them as its ``tags`` (``gpu-ledger reattribute`` reads
-  them there). A tagged instance's unmonitored rows are *held* — workload ``cloud:<resource_id>``,
+  them there). The metered rows of a billed instance see the same facts under the device's own
+  tags (ingest and ``reattribute``); a bill that comes after the metrics re-applies the rules to
+  its window. A tagged instance's unmonitored rows are *held* — workload ``cloud:<resource_id>``,
   the instance itself, rented whole by whoever its tags name — so their cost is that owner's, not
   the unallocated pool's (where answers null every workload dimension); an untagged instance's
   stay unallocated (workload ``''``), as before. Tagged or not does not depend on the rules, so
@@ -73,6 +75,7 @@ from sqlalchemy import table as sql_table
 from connectors.sdk.shapes import DEVICE
 from connectors.sdk.vendors import vendor_expr
 from service.attribution import OWNER_COLUMNS, AttributionRule
+from service.attribution.reattribute import reattribute
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.billing.tags import resource_owners
 from service.dbtypes import table_of
@@ -700,6 +703,10 @@ def reprice(
             conn.exec_driver_sql(f"DELETE FROM temp.{_PRICED}")
         if end_h > start_h:
             store.rebuild_days(conn, start_h // 24, (end_h - 1) // 24)
+    if attribution_rules and resources:
+        # the bill may have come after the metrics: the rules see its tags on the metered rows now
+        # (service.billing.tags.with_bill_tags_frame); writes only the owners that change
+        reattribute(engine, attribution_rules, start, end)
     return RepriceResult(
         start, end, priced.resources, priced.rates.height, priced.updates.height, unmonitored.height
     )

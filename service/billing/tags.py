@@ -20,21 +20,29 @@ Keys, so one rule reads the same tag from the instance and from its bill:
 
 Per resource, a key's value is the one of the latest line (by charge start) that carries it: a
 tag changed during the month names the owner it has now, as an instance's own tags do.
+
+Where the facts go: the unmonitored spend of a billed instance (:func:`resource_owners`, from
+:mod:`service.billing.rates`), and every metered device whose ``instance_id`` the bill names —
+merged under the device's own tags when the rules are put at ingest (:func:`with_bill_tags`) and
+on ``gpu-ledger reattribute`` (:func:`with_bill_tags_frame`); re-pricing from a bill that arrives
+after the metrics re-applies the rules to its window, so those rows get them then.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import polars as pl
 from sqlalchemy import Connection, func, select
 
 from connectors.cloud_tags import MAX_FACTS, facts
-from service.attribution import FACTS_DTYPE, OWNER_COLUMNS, AttributionRule, attribute
+from connectors.sdk import DeviceInfo
+from service.attribution import FACTS_DTYPE, OWNER_COLUMNS, AttributionRule, attribute, facts_series
 from service.dbtypes import UTCDateTime, table_of
-from service.models import BillingLine
+from service.models import BillingLine, Device
 
 _LINE = table_of(BillingLine)
 #: What connectors keep in ``tags`` that is not a tag.
@@ -156,3 +164,51 @@ def resource_owners(
         *(pl.lit(None, pl.String).alias(c) for c in OWNER_COLUMNS),
     )
     return attribute(frame, rules).rename({"device_tags": "facts"})
+
+
+def _merged(bill: Sequence[dict[str, str]] | None, own: Mapping[str, str] | None) -> dict[str, str]:
+    return {**{f["key"]: f["value"] for f in bill or ()}, **(own or {})}
+
+
+def with_bill_tags(
+    conn: Connection, devices: Mapping[str, DeviceInfo], start: dt.datetime, end: dt.datetime
+) -> dict[str, DeviceInfo]:
+    """``devices`` (ingest's) with the bills' facts about their instances merged into their
+    ``tags``, the instance's own tags winning a key — the question the rules are put at ingest;
+    what is stored as ``device.tags`` stays what the source said."""
+    ids = sorted({d.instance_id for d in devices.values() if d.instance_id})
+    if not ids:
+        return dict(devices)
+    bill = {r: f for r, f in resource_facts(conn, ids, start, end).iter_rows()}
+    return {
+        k: replace(d, tags=_merged(bill[d.instance_id], d.tags)) if d.instance_id in bill else d
+        for k, d in devices.items()
+    }
+
+
+def with_bill_tags_frame(
+    conn: Connection, question: pl.DataFrame, start: dt.datetime, end: dt.datetime
+) -> pl.DataFrame:
+    """``question`` (``reattribute``'s, with ``device_id`` and a ``device_tags`` facts column) with
+    the bills' facts about each device's instance merged into ``device_tags``, the device's own
+    tags winning a key."""
+    if question.is_empty():
+        return question
+    t = table_of(Device)
+    ids = question["device_id"].unique().to_list()
+    instance: dict[str, str] = {}
+    for first in range(0, len(ids), _CHUNK):
+        stmt = select(t.c.device_id, t.c.instance_id).where(
+            t.c.device_id.in_(ids[first : first + _CHUNK]), t.c.instance_id.is_not(None)
+        )
+        instance |= {r[0]: r[1] for r in conn.execute(stmt)}
+    if not instance:
+        return question
+    bill = {r: f for r, f in resource_facts(conn, sorted(set(instance.values())), start, end).iter_rows()}
+    if not bill:
+        return question
+    merged = [
+        _merged(bill.get(instance.get(device, "")), {f["key"]: f["value"] for f in own or ()})
+        for device, own in question.select("device_id", "device_tags").iter_rows()
+    ]
+    return question.with_columns(facts_series(merged, "device_tags"))

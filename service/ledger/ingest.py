@@ -22,6 +22,7 @@ from connectors.sdk.vendors import with_vendor
 from service.attribution import ledger as attribution
 from service.attribution.rules import AttributionRule
 from service.attribution.shared_facts import other_facts, with_other_facts
+from service.billing.tags import with_bill_tags
 from service.dbtypes import table_of
 from service.ledger import partitions, store
 from service.ledger import version as ledger_version
@@ -156,11 +157,14 @@ def _ingest_chunk(
     rows = normalize(checked.accepted, window)
     check_rows(rows, devices, connector=name)  # a row breaking the ledger's invariants is a bug: raise
     rows = _with_dimensions(rows, name, devices, workloads)
+    asked = devices
     if rules:  # what other sources keep about the same keys (a Slurm job's account): shared_facts
         with engine.connect() as conn:
             held_keys = rows["workload_key"].unique().to_list() if not rows.is_empty() else []
             known = with_other_facts(workloads, other_facts(conn, name, held_keys))
-    rows = price_rows(attribution.owners(rows, devices, known if rules else workloads, rules), book)
+            # and what the bills say about the devices' instances (service.billing.tags)
+            asked = with_bill_tags(conn, devices, from_ms(window.start_ms), from_ms(window.end_ms))
+    rows = price_rows(attribution.owners(rows, asked, known if rules else workloads, rules), book)
     in_window = checked.accepted.filter(
         (pl.col("ts_ms") >= window.start_ms) & (pl.col("ts_ms") < window.end_ms)
     )

@@ -19,6 +19,7 @@ rules name its owners. Hand totals from the fixture README:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -30,6 +31,7 @@ from sqlalchemy import Engine, select
 
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.azure_cost import AzureCostConfig, AzureCostConnector
+from connectors.base import DeviceInfo, SampleBatch, Sampling, WorkloadInfo
 from connectors.focus import FocusConfig, FocusConnector
 from connectors.gcp_billing import GcpBillingConfig, GcpBillingConnector
 from service.analytics.access import ALL
@@ -39,9 +41,11 @@ from service.analytics.dims import Granularity as G
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
 from service.attribution import AttributionRule
+from service.attribution.reattribute import reattribute
 from service.billing.ingest import ingest_billing
-from service.billing.rates import reprice
+from service.billing.rates import reprice, reprice_after_metrics
 from service.billing.tags import resource_facts, tag_facts, tag_key
+from service.ledger.ingest import ingest_window
 from service.models import Device, LedgerHour
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -204,3 +208,85 @@ def test_focus_tags_of_three_clouds_own_their_spend(engine: Engine) -> None:
     assert _cost_by(engine, D.TEAM)[("inference",)] == Decimal("1134.40") + Decimal("24186.72") + Decimal(
         "272.3544"
     ) + Decimal("943.872") + Decimal("8.759976")  # and G2 (team label inference)
+
+
+# --- metered rows of a billed instance: the bill's tags under the device's own --------------------
+
+EKS = "i-0eks000000000001"
+POD = "k8s:serving/infer-0/main"
+HOUR3 = dt.datetime(2025, 9, 3, 3, tzinfo=dt.UTC)
+
+
+class _PodOnGpu:
+    """A metrics source: GPU 0 of ``EKS`` held by ``POD`` every minute of 03:00–04:00; the instance
+    names no tags of its own (``own``: unless given)."""
+
+    kind = "metrics"
+    sampling = Sampling.every(60.0)
+
+    def __init__(self, own: dict[str, str] | None = None) -> None:
+        self.own = own or {}
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Any:
+        ts = [int((HOUR3 + dt.timedelta(minutes=m)).timestamp() * 1000) for m in range(60)]
+        ts = [t for t in ts if start.timestamp() * 1000 <= t < end.timestamp() * 1000]
+        device = DeviceInfo(f"{EKS}/gpu0", "aws", instance_id=EKS, instance_type="p5.48xlarge", tags=self.own)
+        n = len(ts)
+        columns = {"device_id": [device.device_id] * n, "ts_ms": ts, "metric": ["gpu_util"] * n,
+                   "value": [50.0] * n, "workload_key": [POD] * n, "share": [1.0] * n}  # fmt: skip
+        if n:
+            yield SampleBatch.from_columns(columns, [device], [WorkloadInfo(POD, namespace="serving")])
+
+
+def _eks_bill(
+    engine: Engine, tags: str = '{"user_project": "eks-serving", "user_team": "inference"}'
+) -> None:
+    add(engine, [_p5_hour(EKS, 3, "55.04", tags)])
+
+
+def _owners(engine: Engine) -> dict[str, tuple[Any, ...]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(LedgerHour.device_id, LedgerHour.workload_key, LedgerHour.project, LedgerHour.team,
+                   LedgerHour.owner_rule, LedgerHour.cost).where(LedgerHour.hour_start == HOUR3)
+        ).all()  # fmt: skip
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+# One GPU of eight metered for the hour: 55.04 / 8 = 6.88 to the pod's row, 7 × 6.88 = 48.16 unmonitored.
+EXPECTED = {
+    f"{EKS}/gpu0": (POD, "eks-serving", "inference", "project-tag", Decimal("6.88")),
+    f"{EKS}/unmonitored": (f"cloud:{EKS}", "eks-serving", "inference", "project-tag", Decimal("48.16")),
+}
+
+
+def test_bill_first_then_metrics_the_rules_see_the_bill_at_ingest(engine: Engine) -> None:
+    _eks_bill(engine)
+    reprice(engine, SEP, OCT, attribution_rules=RULES)
+    hook = functools.partial(reprice_after_metrics, attribution_rules=RULES)
+    ingest_window(engine, "cw", _PodOnGpu(), HOUR3, HOUR3 + dt.timedelta(hours=1), attribution_rules=RULES,
+                  after_ingest=hook)  # fmt: skip
+    assert _owners(engine) == EXPECTED
+    assert _cost_by(engine, D.PROJECT) == {("eks-serving",): Decimal("55.04")}
+    with engine.connect() as conn:  # what the instance said is what is kept: the bill is not copied
+        assert conn.execute(select(Device.tags).where(Device.device_id == f"{EKS}/gpu0")).scalar_one() is None
+
+
+def test_metrics_first_then_the_bill_reattributes_the_metered_rows(engine: Engine) -> None:
+    ingest_window(engine, "cw", _PodOnGpu(), HOUR3, HOUR3 + dt.timedelta(hours=1), attribution_rules=RULES)
+    assert _owners(engine)[f"{EKS}/gpu0"][1:4] == (None, None, None)  # no bill yet: nobody named
+    _eks_bill(engine)
+    reprice(engine, SEP, OCT, attribution_rules=RULES)  # what a billing import runs
+    assert _owners(engine) == EXPECTED
+    # reattribute by hand reads the bill too: nothing changes
+    assert reattribute(engine, RULES, SEP, OCT).rows_changed == 0
+
+
+def test_the_instance_own_tag_wins_over_the_bill(engine: Engine) -> None:
+    _eks_bill(engine)
+    source = _PodOnGpu({"cloud.tag:project": "from-ec2"})
+    ingest_window(engine, "cw", source, HOUR3, HOUR3 + dt.timedelta(hours=1), attribution_rules=RULES)
+    reprice(engine, SEP, OCT, attribution_rules=RULES)
+    owners = _owners(engine)
+    assert owners[f"{EKS}/gpu0"][1:4] == ("from-ec2", "inference", "project-tag")  # team: from the bill
+    assert owners[f"{EKS}/unmonitored"][1] == "eks-serving"  # no metric, only the bill
