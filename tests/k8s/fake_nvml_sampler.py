@@ -7,10 +7,12 @@ from typing import Any
 
 from connectors.nvml import NvmlSampler
 
-FAKE: dict[str, Any] = {}
+FAKE: dict[str, Any] = {}  # "nvml": the fake; "now_s": the sampler's clock (default NOW_S)
 NOW_S = 1_764_633_600.0  # 2025-12-02T00:00:00Z
 
 
 class FakeNvmlSampler(NvmlSampler):
     def __init__(self, config: Any, attributor: Any = None) -> None:
-        super().__init__(config, nvml=FAKE["nvml"].nvml, attributor=attributor, clock=lambda: NOW_S)
+        super().__init__(
+            config, nvml=FAKE["nvml"].nvml, attributor=attributor, clock=lambda: FAKE.get("now_s", NOW_S)
+        )

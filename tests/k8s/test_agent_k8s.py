@@ -110,6 +110,8 @@ def stop_watchers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for sampler in built:
         if sampler.meta is not None:
             sampler.meta.stop()
+        if sampler.pod_resources is not None:
+            sampler.pod_resources.close()
 
 
 def settings(tmp_path: Path, **keys: Any) -> AgentSettings:
