@@ -74,7 +74,6 @@ series are concatenated as arrays and mapped with Polars.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
@@ -90,6 +89,7 @@ from connectors.exporter_profile import (
     Stamp,
 )
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
+from connectors.vgpu import mig_fraction  # shared with the node agent: 7 slices, 4 on an A30
 
 MIB = 1024 * 1024
 
@@ -130,22 +130,12 @@ __all__ = [  # Series, Stamp and the label defaults live in connectors.exporter_
     "workload_of",
 ]
 _MIG_UUID_LABELS = ("dra_mig_device_uuid",)
-_SLICES = re.compile(r"^(\d+)g\.")
 
 
 def field_key(name: str) -> str | None:
     """The exporter field a metric name is, whatever its case (#272): ``FIELDS`` key or None."""
     upper = name.upper()
     return upper if upper in FIELDS else None
-
-
-def mig_fraction(profile: str | None, model: str | None) -> float:
-    """Compute slices of a MIG profile over the GPU's: ``3g.40gb`` → 3/7 (A30: of 4)."""
-    match = _SLICES.match(profile or "")
-    if match is None:
-        return 1.0
-    total = 4 if model and "A30" in model else 7
-    return min(1.0, int(match.group(1)) / total)
 
 
 def _label(labels: Mapping[str, str], *names: str) -> str | None:

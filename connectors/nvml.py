@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,14 +37,18 @@ from connectors.sdk import (
     SampleBatch,
     WorkloadInfo,
 )
+from connectors.vgpu import (
+    mig_device_slices_from_nvml,
+    mig_fraction,
+    mig_gpu_slices_from_nvml,
+    mig_profile_of,
+)
 
 if TYPE_CHECKING:
     from connectors.nvml_config import NvmlConfig
 
 log = logging.getLogger(__name__)
 
-MIG_SLICES = 7  # compute slices of an A100/H100/H200: an `Ng.…` profile is N/7 of the GPU
-_PROFILE = re.compile(r"\b(\d)g\.\d+gb(?:\+\w+)?")
 
 #: Each basic reading: the metrics it yields, and how to get them from pynvml (in our units).
 _READINGS: dict[str, tuple[tuple[Metric, ...], Callable[[Any, Any], tuple[float, ...]]]] = {
@@ -319,23 +322,34 @@ class NvmlSampler:
         if not _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle)[0]):
             return [self._device(base, handle, GpmReader(nvml, handle) if has_gpm else None, pci)]
         devices = []
+        gpu_slices = mig_gpu_slices_from_nvml(nvml, handle)  # 7, or 4 on an A30: NVML says
         for j in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
             except nvml.NVMLError_NotFound:
                 continue  # an empty slot
-            name = _text(nvml.nvmlDeviceGetName(mig))
-            match = _PROFILE.search(name)
+            profile = mig_profile_of(_text(nvml.nvmlDeviceGetName(mig)))
             gi = nvml.nvmlDeviceGetGpuInstanceId(mig)
             info = dataclasses.replace(
                 base,
                 device_id=_text(nvml.nvmlDeviceGetUUID(mig)),
                 parent_device_id=uuid,
-                mig_profile=match.group(0) if match else None,
-                gpu_fraction=int(match.group(1)) / MIG_SLICES if match else 1.0,
+                mig_profile=profile,
+                gpu_fraction=self._mig_fraction(mig, profile, base.gpu_model, gpu_slices),
             )
             devices.append(self._device(info, mig, GpmReader(nvml, handle, gi) if has_gpm else None, pci))
         return devices
+
+    def _mig_fraction(
+        self, mig: Any, profile: str | None, model: str | None, gpu_slices: int | None
+    ) -> float:
+        """The MIG device's compute slices over its GPU's, as NVML counts them (a compute instance
+        of a larger GPU instance holds only its own slices); by the profile name and the GPU
+        model (``connectors.vgpu``, as the DCGM path does) where the driver refuses."""
+        slices = mig_device_slices_from_nvml(self._nvml, mig) if gpu_slices else None
+        if slices is not None and gpu_slices:
+            return min(1.0, slices / gpu_slices)
+        return mig_fraction(profile, model, gpu_slices)
 
     def _device(self, info: DeviceInfo, handle: Any, gpm: GpmReader | None, pci: str | None) -> _Device:
         assert self._attributor is not None

@@ -4,18 +4,29 @@ Per-process SM utilization (``nvmlDeviceGetProcessUtilization``) returns only th
 sample per process, often one of two time-sliced processes, and costs ~2 ms per call on an H200.
 So it is read every ``every_s`` seconds, not every period; a reading's shares hold until the next
 reading, and the ledger averages the shares of many samples over the hour.
+
+A process with an SM cap in its environment (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` of an MPS
+client, ``CUDA_DEVICE_SM_LIMIT`` of a HAMi container) holds its cap as its share while it runs,
+priced like a MIG slice; the rest goes to uncapped workloads by measured utilization, or stays
+unallocated (docs/virtual-gpus.md). The MPS server (``nvidia-cuda-mps-server``) runs its
+clients' kernels and is never a workload of its own while a client is listed.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Protocol
 
 from connectors.sdk import WorkloadInfo
+from connectors.vgpu import capped_shares, percentage_from_environ
 
 log = logging.getLogger(__name__)
 
 UNALLOCATED = WorkloadInfo(workload_key="")
+#: ``/proc/<pid>/comm`` of the MPS server (15 characters of ``nvidia-cuda-mps-server``).
+MPS_SERVER_COMM = "nvidia-cuda-mps"
+_ENVIRON_MAX_B = 256 * 1024  # an environment larger than this is read no further
 
 
 class Attributor(Protocol):
@@ -65,27 +76,59 @@ class ShareTracker:
         self._last_ts_us = 0  # newest process sample seen: the next read asks for newer ones
         self._last_read_s = float("-inf")
         self._weights: dict[str, float] = {}  # workload_key → summed smUtil of the last reading
+        self._proc_root: Path = getattr(attributor, "proc_root", None) or Path("/proc")
+        self._caps: dict[int, tuple[float | None, bool]] = {}  # pid → (SM cap, is the MPS server)
 
     def current(self, now_s: float) -> list[tuple[WorkloadInfo, float]]:
-        """``(workload, share)`` for every workload running now; shares add to 1. No process:
-        the unallocated workload with share 1."""
+        """``(workload, share)`` for every workload running now, and the unallocated workload
+        ('') for what SM caps leave unused; shares add to 1. No process: '' with share 1."""
         procs = self._processes()
         if not procs:
+            self._caps.clear()
             return [(UNALLOCATED, 1.0)]
+        caps = self._pid_caps([p.pid for p in procs])
+        if len(procs) > 1:  # the MPS server runs its clients' kernels: never an owner beside them
+            procs = [p for p in procs if not caps[p.pid][1]] or procs
         by_pid: dict[int, WorkloadInfo] = {}
         workloads: dict[str, WorkloadInfo] = {}
+        capped: dict[str, float] = {}
         for proc in procs:
             info = by_pid.get(proc.pid) or self._workload(proc.pid)
             by_pid[proc.pid] = info
             workloads.setdefault(info.workload_key, info)
-        # One workload owns the device: no need to pay for the utilization call.
-        if len(workloads) > 1 and self.supported and now_s - self._last_read_s >= self._every_s:
+            cap = caps[proc.pid][0]
+            if cap is not None:  # a workload's processes share its container's cap: the largest
+                capped[info.workload_key] = max(cap, capped.get(info.workload_key, 0.0))
+        uncapped = [key for key in workloads if key not in capped]
+        # Utilization splits only what caps leave among several uncapped workloads: one owner
+        # needs no reading, and the call costs ~2 ms per GPU.
+        if len(uncapped) > 1 and self.supported and now_s - self._last_read_s >= self._every_s:
             self._read(by_pid, now_s)
-        weights = {key: self._weights.get(key, 0.0) for key in workloads}
-        total = sum(weights.values())
-        if total <= 0:  # no reading names a running workload, or they all read 0 %
-            return [(info, 1.0 / len(workloads)) for info in workloads.values()]
-        return [(info, weights[key] / total) for key, info in workloads.items()]
+        shares, rest = capped_shares(capped, self._weights, uncapped)
+        out = [(workloads[key], share) for key, share in shares.items()]
+        if rest > 0:
+            out.append((UNALLOCATED, rest))
+        return out
+
+    def _pid_caps(self, pids: list[int]) -> dict[int, tuple[float | None, bool]]:
+        """(SM cap, is the MPS server) per PID, read once per PID from /proc (environment and
+        comm); an unreadable process (gone, another user's without privileges) has no cap."""
+        caps = {pid: self._caps.get(pid) or self._read_cap(pid) for pid in pids}
+        self._caps = caps  # PIDs no longer listed are forgotten (a PID can be reused)
+        return caps
+
+    def _read_cap(self, pid: int) -> tuple[float | None, bool]:
+        base = self._proc_root / str(pid)
+        try:
+            comm = (base / "comm").read_text(errors="replace").strip()
+        except OSError:
+            comm = ""
+        try:
+            with open(base / "environ", "rb") as f:
+                found = percentage_from_environ(f.read(_ENVIRON_MAX_B))
+        except OSError:
+            found = None
+        return (found[1] if found else None), comm == MPS_SERVER_COMM
 
     def _workload(self, pid: int) -> WorkloadInfo:
         try:

@@ -16,6 +16,9 @@
  *   gpu.i.gpm_supported=1  gpu.i.gpm.t=seconds  gpu.i.gpm.<metric id>=percent x seconds
  *                                        (cumulative: a metric over [s1, s2] is d(acc)/d(t))
  *   gpu.i.mig_mode=1  gpu.i.mig.count=M  gpu.i.mig.j.{uuid,name,gi_id,mem_total,mem_used,procs,gpm.*}
+ *   gpu.i.gi_profiles=profile:slices,...  GPU-instance profiles the GPU offers (index → sliceCount;
+ *                                        others are NOT_SUPPORTED, as is every one when unset)
+ *   gpu.i.mig.j.gi_slices / ci_slices    nvmlDeviceGetAttributes of a MIG device (unset: NOT_SUPPORTED)
  *
  * Built twice: full, and with -DNO_GPM (no GPM symbols at all, like a pre-Hopper driver), so the
  * binding raises NVMLError_FunctionNotFound. fake_nvml_calls(name) counts calls for tests.
@@ -358,6 +361,47 @@ int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle_t *h, handle_t **out) {
     gpus[h->gpu].gpu = h->gpu; gpus[h->gpu].mig = -1;
     *out = &gpus[h->gpu];
     return OK;
+}
+
+/* nvmlDeviceAttributes_t: engine counts, then the GPU- and compute-instance slice counts. */
+typedef struct {
+    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount;
+    unsigned sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} attrs_t;
+int nvmlDeviceGetAttributes_v2(handle_t *h, attrs_t *a) {
+    CALL("nvmlDeviceGetAttributes_v2");
+    if (!valid(h) || !a) return E_INVALID_ARGUMENT;
+    if (h->mig < 0 || !hget(h, "gi_slices")) return E_NOT_SUPPORTED; /* MIG device handles only */
+    memset(a, 0, sizeof *a);
+    a->gpuInstanceSliceCount = (unsigned)hnum(h, "gi_slices", 0);
+    a->computeInstanceSliceCount = (unsigned)hnum(h, "ci_slices", a->gpuInstanceSliceCount);
+    a->memorySizeMB = hnum(h, "mem_total", 0) / 1000000;
+    return OK;
+}
+/* nvmlGpuInstanceProfileInfo_v2_t */
+typedef struct {
+    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
+    unsigned copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} gi_profile_t;
+int nvmlDeviceGetGpuInstanceProfileInfoV(handle_t *h, unsigned profile, gi_profile_t *info) {
+    CALL("nvmlDeviceGetGpuInstanceProfileInfoV");
+    if (!valid(h) || h->mig >= 0 || !info) return E_INVALID_ARGUMENT;
+    unsigned long long rows[32][4];
+    int n = parse_rows(hget(h, "gi_profiles"), rows, 32);
+    for (int i = 0; i < n; i++) {
+        if (rows[i][0] != profile) continue;
+        unsigned version = info->version;
+        memset(info, 0, sizeof *info);
+        info->version = version;
+        info->id = profile;
+        info->sliceCount = (unsigned)rows[i][1];
+        info->instanceCount = rows[i][1] ? (unsigned)(7 / rows[i][1]) : 0;
+        return OK;
+    }
+    return E_NOT_SUPPORTED;
 }
 
 #ifndef NO_GPM

@@ -1,0 +1,232 @@
+"""The node agent's virtual GPUs through the real pynvml over the fake libnvidia-ml.so.1: MIG slice
+counts from NVML (A30: 4, H100/H200: 7), and SM caps of MPS clients and HAMi containers read from
+each process's environment (docs/virtual-gpus.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
+from nvml.h200_replay import h200, state
+
+from connectors.base import WorkloadInfo
+from connectors.nvml import NvmlConfig, NvmlSampler
+
+UUID = "GPU-fbd3d301-eb3f-2053-443c-7eabc01e7a09"  # the probed H200 (h200(0))
+
+
+@pytest.fixture(scope="session")
+def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return session_libs(tmp_path_factory)
+
+
+@pytest.fixture
+def fake_nvml(nvml_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    return make_fake(nvml_libs["full"], tmp_path, monkeypatch)
+
+
+class ProcJobs:
+    """PID → workload ``job-<pid>``; ``proc_root`` is where the tracker reads environ and comm."""
+
+    def __init__(self, proc_root: Path) -> None:
+        self.proc_root = proc_root
+
+    def workload(self, pid: int) -> WorkloadInfo:
+        return WorkloadInfo(workload_key=f"job-{pid}")
+
+
+def sampler(fake: FakeNvml, proc_root: Path, clock: list[float] | None = None) -> NvmlSampler:
+    now = clock or [100.0]
+    return NvmlSampler(
+        NvmlConfig(node="n1", energy_every_s=0, process_util_every_s=0),
+        nvml=fake.nvml,
+        attributor=ProcJobs(proc_root),
+        clock=lambda: now[0],
+    )
+
+
+def mig_gpu(name: str, profiles: list[tuple[str, dict[str, Any]]], gi_profiles: str | None) -> dict[str, Any]:
+    gpu = h200(name=name, mig_mode=1, gpm_supported=0, **{"mig.count": len(profiles)})
+    if gi_profiles is not None:
+        gpu["gpu.0.gi_profiles"] = gi_profiles
+    for j, (profile, extra) in enumerate(profiles):
+        keys = {"uuid": f"MIG-{j:08d}-1111-2222-3333-444444444444", "name": f"{name} MIG {profile}",
+                "gi_id": j + 1, "mem_total": 6_000_000_000, "mem_used": 0, **extra}  # fmt: skip
+        gpu.update({f"gpu.0.mig.{j}.{k}": v for k, v in keys.items()})
+    return gpu
+
+
+#: GPU-instance profiles as the driver lists them (index → sliceCount): an A30 offers no 7-slice
+#: profile (NVML_GPU_INSTANCE_PROFILE_7_SLICE = 4 is refused), an H100/H200 does.
+A30_PROFILES = "0:1,1:2,3:4,7:1,8:2"
+H100_PROFILES = "0:1,1:2,2:3,3:4,4:7,7:1,9:2"
+
+
+def test_a30_1g6gb_is_a_quarter(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    quarter = {"gi_slices": 1}
+    gpu = mig_gpu(
+        "NVIDIA A30", [("1g.6gb", quarter), ("1g.6gb", quarter), ("2g.12gb", {"gi_slices": 2})], A30_PROFILES
+    )
+    fake_nvml.write(state(gpu))
+    fake_nvml.reset_calls("nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetAttributes_v2")  # per process
+    s = sampler(fake_nvml, tmp_path)
+    devs = s.devices()
+    assert [(d.mig_profile, d.gpu_fraction, d.parent_device_id) for d in devs] == [
+        ("1g.6gb", 1 / 4, UUID),
+        ("1g.6gb", 1 / 4, UUID),
+        ("2g.12gb", 2 / 4, UUID),
+    ]
+    # The GPU's profiles are asked once per discovery (every NVML_GPU_INSTANCE_PROFILE_*), not per instance.
+    assert (
+        fake_nvml.calls("nvmlDeviceGetGpuInstanceProfileInfoV")
+        == fake_nvml.nvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+    )
+    assert fake_nvml.calls("nvmlDeviceGetAttributes_v2") == 3
+    s.close()
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_hopper_1g_is_a_seventh(fake_nvml: FakeNvml, tmp_path: Path, name: str) -> None:
+    gpu = mig_gpu(
+        name,
+        [
+            ("1g.10gb", {"gi_slices": 1}),
+            ("3g.40gb", {"gi_slices": 3}),
+            ("1c.2g.20gb", {"gi_slices": 2, "ci_slices": 1}),
+        ],
+        H100_PROFILES,
+    )
+    fake_nvml.write(state(gpu))
+    s = sampler(fake_nvml, tmp_path)
+    # A compute instance inside a 2g GPU instance holds its own 1 slice.
+    assert [(d.mig_profile, d.gpu_fraction) for d in s.devices()] == [
+        ("1g.10gb", 1 / 7),
+        ("3g.40gb", 3 / 7),
+        ("1c.2g.20gb", 1 / 7),
+    ]
+    s.close()
+
+
+def test_nvml_counts_win_over_names(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    """A GPU the name table does not know (8 slices by NVML) is priced as NVML counts it."""
+    gpu = mig_gpu("NVIDIA Next", [("1g.10gb", {"gi_slices": 1})], "0:1,1:2,5:8")
+    fake_nvml.write(state(gpu))
+    s = sampler(fake_nvml, tmp_path)
+    assert [d.gpu_fraction for d in s.devices()] == [1 / 8]
+    s.close()
+
+
+@pytest.mark.parametrize(("name", "fraction"), [("NVIDIA A30", 1 / 4), ("NVIDIA H100 80GB HBM3", 1 / 7)])
+def test_driver_refusing_falls_back_to_names(
+    fake_nvml: FakeNvml, tmp_path: Path, name: str, fraction: float
+) -> None:
+    """An older driver answers neither question: the profile name and the model decide, as in
+    the DCGM path (7 slices; 4 on an A30)."""
+    fake_nvml.write(state(mig_gpu(name, [("1g.6gb", {})], None)))
+    fake_nvml.reset_calls("nvmlDeviceGetAttributes_v2")
+    s = sampler(fake_nvml, tmp_path)
+    assert [(d.mig_profile, d.gpu_fraction) for d in s.devices()] == [("1g.6gb", fraction)]
+    assert fake_nvml.calls("nvmlDeviceGetAttributes_v2") == 0  # no GPU count: not asked per instance
+    s.close()
+
+
+# -- SM caps: MPS clients and HAMi containers ------------------------------------------------------
+
+
+def proc(root: Path, pid: int, comm: str, env: dict[str, str] | None) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "comm").write_text(comm + "\n")
+    if env is not None:  # None: an environment we may not read (another user's process)
+        (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+
+
+def shares(s: NvmlSampler) -> dict[str, float]:
+    cols = s.sample().columns
+    return {
+        wl: share
+        for dev, metric, wl, share in zip(
+            cols["device_id"], cols["metric"], cols["workload_key"], cols["share"], strict=True
+        )
+        if dev == UUID and metric == "gpu_util"
+    }
+
+
+def test_hami_container_at_30_percent_holds_30_percent(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    proc(
+        tmp_path,
+        501,
+        "python",
+        {"PATH": "/usr/bin", "CUDA_DEVICE_SM_LIMIT": "30", "CUDA_DEVICE_MEMORY_LIMIT_0": "4000m"},
+    )
+    fake_nvml.write(state(h200(util_gpu=55, procs="501:4000000000")))
+    s = sampler(fake_nvml, tmp_path)
+    assert shares(s) == {"job-501": 0.3, "": pytest.approx(0.7)}
+    batch = s.sample()
+    assert [w.workload_key for w in batch.workloads] == ["job-501"]  # '' is never described
+    s.close()
+
+
+def test_mps_clients_by_their_percentage_and_the_server_is_no_owner(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    proc(tmp_path, 600, "nvidia-cuda-mps", {})  # nvidia-cuda-mps-server, as comm truncates it
+    proc(tmp_path, 601, "train", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70"})
+    proc(tmp_path, 602, "infer", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"})
+    # NVML books all of MPS's utilization on the server (seen on the H200): never asked here.
+    fake_nvml.write(state(h200(util_gpu=100, procs="600:1,601:2,602:3", putil="600:100:30:99")))
+    fake_nvml.reset_calls("nvmlDeviceGetProcessUtilization")
+    s = sampler(fake_nvml, tmp_path)
+    assert shares(s) == {"job-601": 0.7, "job-602": 0.3}
+    assert fake_nvml.calls("nvmlDeviceGetProcessUtilization") == 0
+    # The clients leave; the server alone holds its context: then it is the owner.
+    fake_nvml.write(state(h200(util_gpu=0, procs="600:1")))
+    assert shares(s) == {"job-600": 1.0}
+    s.close()
+
+
+def test_uncapped_mps_clients_split_evenly(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    """Without caps NVML names only the server in its utilization samples: an even split."""
+    proc(tmp_path, 600, "nvidia-cuda-mps", {})
+    proc(tmp_path, 601, "train", {})
+    proc(tmp_path, 602, "infer", {})
+    fake_nvml.write(state(h200(util_gpu=95, procs="600:1,601:2,602:3", putil="600:95:22:99")))
+    s = sampler(fake_nvml, tmp_path)
+    assert shares(s) == {"job-601": 0.5, "job-602": 0.5}
+    s.close()
+
+
+def test_capped_beside_uncapped_and_caps_over_the_whole(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    proc(tmp_path, 701, "hami", {"CUDA_DEVICE_SM_LIMIT": "40"})
+    proc(tmp_path, 702, "a", {})
+    proc(tmp_path, 703, "b", None)  # unreadable environment: no cap
+    fake_nvml.write(state(h200(util_gpu=90, procs="701:1,702:2,703:3", putil="702:30:5:10,703:10:2:11")))
+    s = sampler(fake_nvml, tmp_path)
+    assert shares(s) == {"job-701": 0.4, "job-702": pytest.approx(0.45), "job-703": pytest.approx(0.15)}
+    s.close()
+
+
+def test_caps_adding_past_the_gpu_are_scaled(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    proc(tmp_path, 801, "a", {"CUDA_DEVICE_SM_LIMIT": "70"})
+    proc(tmp_path, 802, "b", {"CUDA_DEVICE_SM_LIMIT": "60"})
+    fake_nvml.write(state(h200(util_gpu=90, procs="801:1,802:2")))
+    s = sampler(fake_nvml, tmp_path)
+    got = shares(s)
+    assert got == {"job-801": pytest.approx(0.7 / 1.3), "job-802": pytest.approx(0.6 / 1.3)}
+    assert sum(got.values()) == pytest.approx(1.0)
+    s.close()
+
+
+def test_a_reused_pid_is_read_again(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    proc(tmp_path, 901, "a", {"CUDA_DEVICE_SM_LIMIT": "25"})
+    fake_nvml.write(state(h200(procs="901:1")))
+    s = sampler(fake_nvml, tmp_path)
+    assert shares(s) == {"job-901": 0.25, "": pytest.approx(0.75)}
+    fake_nvml.write(state(h200(procs="")))  # it exits: forgotten
+    assert shares(s) == {"": 1.0}
+    (tmp_path / "901" / "environ").write_bytes(b"HOME=/root\0")  # a new process with the same PID
+    fake_nvml.write(state(h200(procs="901:1")))
+    assert shares(s) == {"job-901": 1.0}
+    s.close()
