@@ -55,15 +55,26 @@ def prometheus_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         yield url
 
 
-def workloads(url: str, **config: object) -> dict[str, WorkloadInfo]:
+class GridConnector(PrometheusConnector):
+    """The older last_over_time grid path (the Prometheus-compatible services' subclasses)."""
+
+    raw_samples = False
+
+
+def workloads(
+    url: str, kind: type[PrometheusConnector] = PrometheusConnector, **config: object
+) -> dict[str, WorkloadInfo]:
     cfg = PrometheusConfig(name="p", url=url, step_s=15, label_selector='{job="dcgm"}', **config)  # type: ignore[arg-type]
-    with PrometheusConnector(cfg, clock=lambda: START + dt.timedelta(hours=3)) as connector:
+    with kind(cfg, clock=lambda: START + dt.timedelta(hours=3)) as connector:
         batches = list(connector.collect(START, START + dt.timedelta(hours=1)))
     return {w.workload_key: w for b in batches for w in b.workloads}
 
 
-def test_pod_and_namespace_labels_become_facts(prometheus_url: str) -> None:
-    got = workloads(prometheus_url, kube_state_labels=True, kube_state_selector='{job="kube-state-metrics"}')
+@pytest.mark.parametrize("kind", [PrometheusConnector, GridConnector])
+def test_pod_and_namespace_labels_become_facts(prometheus_url: str, kind: type[PrometheusConnector]) -> None:
+    got = workloads(
+        prometheus_url, kind, kube_state_labels=True, kube_state_selector='{job="kube-state-metrics"}'
+    )
     assert got["k8s:ml-research/bert-train-0/trainer"].facts == {
         "k8s.namespace": "ml-research",
         "k8s.pod": "bert-train-0",
