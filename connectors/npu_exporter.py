@@ -96,7 +96,9 @@ def workload_of(labels: Mapping[str, str], device_id: str) -> WorkloadInfo | Non
         return WorkloadInfo(f"k8s:multiple-pods/{device_id}", workload=MULTI_POD)
     ns = labels.get("exported_namespace") or labels.get("namespace") or ""
     container = labels.get("container_name") or ""
-    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod)
+    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
+    facts = {k: v for k, v in names.items() if v}
+    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
 
 
 def _device(labels: Mapping[str, str], device_id: str, stamp: Stamp) -> DeviceInfo:

@@ -74,7 +74,9 @@ def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
     ns, pod, container = (labels.get(name) or "" for name in POD_LABELS)
     if not pod:
         return None
-    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod)
+    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
+    facts = {k: v for k, v in names.items() if v}
+    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
 
 
 def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:

@@ -67,8 +67,9 @@ def test_the_xpu_manager_page_gives_each_gpu_once_with_tiles_folded() -> None:
         GPU_A: ("Intel Data Center GPU Max 1550", "xe-node-01", "intel"),
         GPU_B: ("Intel Data Center GPU Max 1550", "xe-node-01", "intel"),
     }
-    assert [(w.workload_key, w.namespace, w.workload) for w in batch.workloads] == [
-        (train, "ml", "train-xe-0")
+    facts = {"k8s.namespace": "ml", "k8s.pod": "train-xe-0", "k8s.container": "trainer"}
+    assert [(w.workload_key, w.namespace, w.workload, w.facts) for w in batch.workloads] == [
+        (train, "ml", "train-xe-0", facts)
     ]
 
 
@@ -100,8 +101,9 @@ def test_the_npu_exporter_page_gives_each_chip_with_its_pod_and_own_timestamp() 
         (CHIP_0, "Ascend 910B3", 0, "huawei"),
         (CHIP_1, "Ascend 910B3", 1, "huawei"),
     ]
-    assert [(w.workload_key, w.namespace, w.workload) for w in batch.workloads] == [
-        (pod, "llm", "pretrain-0")
+    facts = {"k8s.namespace": "llm", "k8s.pod": "pretrain-0", "k8s.container": "worker"}
+    assert [(w.workload_key, w.namespace, w.workload, w.facts) for w in batch.workloads] == [
+        (pod, "llm", "pretrain-0", facts)
     ]
 
 

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from prom.promserver import running_prometheus, series_text
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, select
+from sqlmodel import Session
+from starlette.testclient import TestClient
 
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
+from service.app import create_app
 from service.ledger.ingest import ingest_window
 from service.models import Device, LedgerHour
+from service.pricing.rates import RateCardConfig, sync_rate_cards
+from service.settings import load_settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MIB = 1024 * 1024
@@ -188,3 +194,56 @@ def test_ascend_npus_land_with_ai_core_as_busy_and_failed_reads_as_gaps(
     check((CHIP_1, 10, ""), present_s=3600.0, busy_s=0.0, idle_s=3600.0, energy_j=96.9 * 3600, **common)
     check((CHIP_1, 11, ""), present_s=3600.0, busy_s=144.0, idle_s=3600.0, busy_s_gpu_util=0.0, **common)
     assert {r["vendor"] for r in rows.values()} == {"huawei"}
+
+
+RULES = """
+[[attribution]]
+name = "project-from-namespace"
+source = "k8s.namespace"
+dimension = "project"
+values = { ml = "ML", llm = "LLM" }
+"""
+QUERY = """query($w: TimeWindow!) { cost(window: $w, groupBy: [VENDOR, PROJECT, OWNER_RULE]) {
+  vendor project ownerRule unallocated cost { amount currency } } }"""
+
+
+def test_intel_and_ascend_hours_land_in_cost_by_project_with_the_rule_that_named_them(
+    engine: Engine, prometheus_url: str, tmp_path: Path
+) -> None:
+    """Rate cards: 2.50 USD per Max 1550 hour, 1.50 USD per Ascend 910B3 hour. The pods' namespaces
+    (k8s.namespace facts from the exporters' labels) name the projects through one rule: GPU A's
+    hour 10 is ML's (2.50), chip 0's two hours LLM's (3.00); the other device-hours are nobody's —
+    GPU A's hour 11 and GPU B's two (7.50), chip 1's two (3.00). Total 6 device-hours × 2.50 + …
+    = 16.00 USD."""
+    config = tmp_path / "ledger.toml"
+    url = engine.url.render_as_string(hide_password=False)
+    config.write_text(f'database_url = "{url}"\n[auth]\nanonymous_read = true\n' + RULES)
+    settings = load_settings(config)
+    with Session(engine) as session:
+        cards = [
+            RateCardConfig(name=name, environment="onprem", gpu_model=model, rate_per_gpu_hour=Decimal(rate),
+                           currency="USD", valid_from=H10)
+            for name, model, rate in (("max1550", "Intel Data Center GPU Max 1550", "2.50"),
+                                      ("910b3", "Ascend 910B3", "1.50"))
+        ]  # fmt: skip
+        sync_rate_cards(session, cards)
+        session.commit()
+    end = H10 + dt.timedelta(hours=2)
+    for exporter, job in (("xpum", "xpum"), ("ascend", "npu-exporter")):
+        with _connector(prometheus_url, exporter, job) as connector:
+            ingest_window(engine, exporter, connector, H10, end, attribution_rules=settings.attribution)
+    with TestClient(create_app(settings, engine)) as client:
+        window = {"start": H10.isoformat(), "end": end.isoformat()}
+        body = client.post("/graphql", json={"query": QUERY, "variables": {"w": window}}).json()
+    assert "errors" not in body, body
+    got = sorted(
+        (r["vendor"], r["project"] or "", r["ownerRule"] or "", r["unallocated"], r["cost"]["amount"])
+        for r in body["data"]["cost"]
+    )
+    assert got == [
+        ("huawei", "", "", True, "3.000000000"),
+        ("huawei", "LLM", "project-from-namespace", False, "3.000000000"),
+        ("intel", "", "", True, "7.500000000"),
+        ("intel", "ML", "project-from-namespace", False, "2.500000000"),
+    ]
+    assert sum(Decimal(r[4]) for r in got) == Decimal("16.00")
