@@ -279,11 +279,17 @@ def content_sha256(batch: BatchIn) -> str:
     and another client, or the agent after an upgrade, may order keys, space or spell numbers
     (``1`` vs ``1.0``) differently; the same content must still be a duplicate, not a conflict.
     """
-    # Attribution facts joined the batch later (issue 16): a batch without any hashes as before,
-    # so a batch spooled by an older agent and replayed after the upgrade is still a duplicate.
+    # Attribution facts and the vendor joined the batch later (issue 16): a batch without any hashes
+    # as before, so a batch spooled by an older agent and replayed after the upgrade is still a
+    # duplicate.
     exclude: dict[str, Any] = {}
+    later = set()
     if not any(d.tags for d in batch.devices):  # type: ignore[attr-defined]
-        exclude["devices"] = {"__all__": {"tags"}}
+        later.add("tags")
+    if all(d.vendor is None for d in batch.devices):  # type: ignore[attr-defined]
+        later.add("vendor")
+    if later:
+        exclude["devices"] = {"__all__": later}
     if not any(w.facts for w in batch.workloads):  # type: ignore[attr-defined]
         exclude["workloads"] = {"__all__": {"facts"}}
     return hashlib.sha256(batch.model_dump_json(exclude=exclude).encode()).hexdigest()

@@ -331,3 +331,8 @@ def test_a_batch_without_attribution_facts_hashes_as_before_facts_existed() -> N
     assert content_sha256(parse_batch(json.dumps(with_facts).encode())) != content_sha256(
         parse_batch(json.dumps(batch()).encode())
     )
+    with_vendor = batch()
+    with_vendor["devices"][0]["vendor"] = "amd"  # a sampler that names its vendor: new content
+    assert content_sha256(parse_batch(json.dumps(with_vendor).encode())) != content_sha256(
+        parse_batch(json.dumps(batch()).encode())
+    )

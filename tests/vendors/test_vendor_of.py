@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,3 +41,18 @@ def test_a_source_that_names_the_vendor_wins() -> None:
 def test_polars_and_python_agree_on_any_text(models: list[str]) -> None:
     got = pl.DataFrame({"gpu_model": models}, schema={"gpu_model": pl.String}).select(vendor_expr())
     assert got["vendor"].to_list() == [vendor_of(m) for m in models]
+
+
+def test_a_pushed_device_names_one_of_the_four_vendors_or_none() -> None:
+    from pydantic import ValidationError
+
+    from service.push_batch import DeviceIn
+
+    assert (
+        DeviceIn.model_validate({"device_id": "GPU-1", "environment": "onprem", "vendor": "amd"}).vendor
+        == "amd"
+    )
+    assert DeviceIn.model_validate({"device_id": "GPU-1", "environment": "onprem"}).vendor is None
+    for bad in ("AMD", "qualcomm", "nvidia\x00", "x" * 17):
+        with pytest.raises(ValidationError, match="vendor"):
+            DeviceIn.model_validate({"device_id": "GPU-1", "environment": "onprem", "vendor": bad})
