@@ -14,9 +14,11 @@ What it reads — the accounting command it runs, or the same output recorded in
         --format JobID,JobIDRaw,User,Account,Partition,QOS,State,AllocTRES,NodeList,Start,End,Elapsed
 
 (the flags XDMoD's ``xdmod-slurm-helper`` uses, with the header kept so columns are found by name;
-a ``--noheader`` file is read with the configured ``fields``). Times are read in ``time_zone``
-(sacct prints the local time of the machine that runs it: run it with ``TZ=UTC``, as this
-connector and XDMoD do); an explicit offset (``SLURM_TIME_FORMAT=%Y-%m-%dT%H:%M:%S%z``) is honoured.
+a ``--noheader`` file is read with the configured ``fields``); or ``sacct --json`` — the JSON
+slurmrestd's ``/slurmdb/v0.0.4x/jobs`` answers too — put into the same fields
+(:func:`parse_sacct_json`). Times are read in ``time_zone`` (sacct prints the local time of the
+machine that runs it: run it with ``TZ=UTC``, as this connector and XDMoD do); an explicit offset
+(``SLURM_TIME_FORMAT=%Y-%m-%dT%H:%M:%S%z``) is honoured.
 
 Job ids: ``JobIDRaw`` is the number the job's cgroup (``job_<id>``) and ``$SLURM_JOB_ID`` carry —
 an array task's own id (``JobID`` ``123_4``), a heterogeneous component's own id (``123+1``) —
@@ -31,6 +33,7 @@ and reason; ``read == accepted + skipped + refused``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import tempfile
@@ -114,13 +117,15 @@ class SlurmConfig(ConnectorConfig):
 
     ``path``: a recorded ``sacct --parsable2`` file (read each run). Without it the connector runs
     ``sacct`` (``sacct``: its path) with ``TZ=UTC`` for each window, adding ``clusters`` and
-    ``extra_args`` to the flags in the module docstring. ``fields``: the columns of a file without a
-    header line, in order. ``time_zone``: the zone of times written without an offset.
+    ``extra_args`` to the flags in the module docstring. ``output = "json"`` reads ``sacct --json``
+    (or a saved slurmrestd ``/slurmdb/v0.0.4x/jobs`` answer) instead. ``fields``: the columns of a
+    file without a header line, in order. ``time_zone``: the zone of times written without an offset.
     """
 
     type: Literal["slurm"] = "slurm"
     interval_s: float = 900.0
     path: str | None = None
+    output: Literal["parsable2", "json"] = "parsable2"
     sacct: str = "sacct"
     clusters: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9_.,-]+$")
     extra_args: list[str] = Field(default_factory=list, max_length=50)
@@ -214,6 +219,12 @@ def parse_sacct(
     jobs = frame.filter(pl.col("__reason").is_null()).select(
         "line", "raw", *[pl.col("cells").list.get(i).alias(n) for i, n in enumerate(names)]
     )
+    return _checked(jobs, bad_shape.select("line", "__reason", "raw"), file=file, time_zone=time_zone)
+
+
+def _checked(jobs: pl.DataFrame, bad_shape: pl.DataFrame, *, file: str, time_zone: str) -> SacctRecords:
+    """The records (``line``, ``raw`` and sacct's fields as text) read, skipped or refused;
+    ``bad_shape`` (``line``, ``__reason``, ``raw``) the records already refused whole."""
     for optional in ("QOS", "NodeList"):
         if optional not in jobs.columns:
             jobs = jobs.with_columns(pl.lit("").alias(optional))
@@ -238,6 +249,11 @@ def parse_sacct(
             ~pl.col("AllocTRES").str.contains(_TRES),
             "AllocTRES",
             pl.format("not TRES: {}", _shown("AllocTRES")),
+        ),
+        (
+            ~pl.col("gpu_counts_ok"),
+            "AllocTRES",
+            pl.format("a GPU count that is not a number: {}", _shown("AllocTRES")),
         ),
         (pl.col("gpus").is_null(), "AllocTRES", pl.lit(f"a GPU count over {MAX_GPUS_PER_JOB}")),
         (pl.col("gpus") == 0, "__no_gpu", pl.lit("")),
@@ -270,7 +286,9 @@ def parse_sacct(
     }
     refused_rows = pl.concat(
         [
-            bad_shape.select("line", pl.lit(None, pl.String).alias("__column"), "__reason", "raw"),
+            bad_shape.select(
+                pl.col("line").cast(pl.UInt32), pl.lit(None, pl.String).alias("__column"), "__reason", "raw"
+            ),
             jobs.filter(
                 pl.col("__reason").is_not_null() & ~pl.col("__column").fill_null("").str.starts_with("__")
             ).select("line", "__column", "__reason", "raw"),
@@ -294,7 +312,120 @@ def parse_sacct(
         "end",
         "node_list",
     )
-    return SacctRecords(jobs=good, read=frame.height, skipped=skipped, refused=refused)
+    return SacctRecords(jobs=good, read=jobs.height + bad_shape.height, skipped=skipped, refused=refused)
+
+
+def parse_sacct_json(text: str, *, file: str) -> SacctRecords:
+    """Read ``sacct --json`` output — the JSON slurmrestd's ``/slurmdb/v0.0.4x/jobs`` answers too
+    (Slurm's data_parser) — into the same records as the text form: each element of ``jobs`` is a
+    record (its ``line`` is its 1-based position there), its fields put as sacct prints them
+    (``JobID`` ``5000_1`` from ``array``, ``6000+1`` from ``het``; ``AllocTRES`` from
+    ``tres.allocated``; times from ``time.start``/``time.end``, epoch seconds, 0 = unknown), then
+    checked by the same rules. A loop per job record builds the columns (the JSON is a tree)."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConnectorError(f"{file}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    if not isinstance(jobs, list):
+        raise ConnectorError(
+            f'{file}: no "jobs" list (the output of sacct --json or slurmrestd\'s slurmdb jobs)'
+        )
+    rows: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
+    for line, job in enumerate(jobs, 1):
+        try:
+            rows.append({"line": line, "raw": json.dumps(job)[:1000], **_json_fields(job)})
+        except (TypeError, ValueError, OverflowError, OSError, AttributeError) as exc:
+            bad.append({"line": line, "__reason": f"not a job record: {exc}", "raw": json.dumps(job)[:1000]})
+    names = [n for n in SACCT_FIELDS if n != "Elapsed"]
+    frame = pl.DataFrame(
+        rows, schema={"line": pl.UInt32, "raw": pl.String, **dict.fromkeys(names, pl.String)}
+    )
+    bad_frame = pl.DataFrame(bad, schema={"line": pl.UInt32, "__reason": pl.String, "raw": pl.String})
+    return _checked(frame, bad_frame, file=file, time_zone="UTC")
+
+
+def _json_fields(job: Any) -> dict[str, str]:
+    """One ``jobs`` element as sacct's text fields."""
+    raw_id = _json_int(job["job_id"], "job_id")
+    array, het = job.get("array") or {}, job.get("het") or {}
+    array_job, het_job = (
+        _json_int(array.get("job_id", 0), "array.job_id"),
+        _json_int(het.get("job_id", 0), "het.job_id"),
+    )
+    task = _json_number(array.get("task_id"), "array.task_id")
+    offset = _json_number(het.get("job_offset"), "het.job_offset")
+    if array_job and task is not None:
+        job_id = f"{array_job}_{task}"
+    elif array_job and array_job != raw_id:
+        job_id = f"{array_job}_{raw_id}"
+    elif array_job:  # an array's pending remainder: `task` is its index expression
+        job_id = f"{array_job}_[{_json_text(array.get('task'), 'array.task')}]"
+    elif het_job and offset is not None:
+        job_id = f"{het_job}+{offset}"
+    else:
+        job_id = str(raw_id)
+    state = job.get("state")
+    current = state.get("current") if isinstance(state, dict) else state
+    if isinstance(current, list):
+        current = current[0] if current else ""
+    allocated = (job.get("tres") or {}).get("allocated") or []
+    tres = _json_tres(allocated)
+    times = job.get("time") or {}
+    return {
+        "JobID": job_id,
+        "JobIDRaw": str(raw_id),
+        "User": _json_text(job.get("user"), "user"),
+        "Account": _json_text(job.get("account"), "account"),
+        "Partition": _json_text(job.get("partition"), "partition"),
+        "QOS": _json_text(job.get("qos"), "qos"),
+        "State": _json_text(current, "state.current"),
+        "AllocTRES": tres,
+        "NodeList": _json_text(job.get("nodes"), "nodes"),
+        "Start": _json_time(times.get("start"), "time.start"),
+        "End": _json_time(times.get("end"), "time.end"),
+    }
+
+
+def _json_tres(allocated: Any) -> str:
+    """``tres.allocated`` (``{"type": "gres", "name": "gpu", "count": 2}``…) as AllocTRES text."""
+    parts = []
+    for t in allocated:
+        kind, name = _json_text(t.get("type"), "tres.type"), _json_text(t.get("name"), "tres.name")
+        parts.append(f"{kind}{'/' + name if name else ''}={_json_int(t.get('count'), 'tres.count')}")
+    return ",".join(parts)
+
+
+def _json_number(value: Any, key: str) -> int | None:
+    """Slurm's optional numbers: a plain integer, or ``{"set": …, "infinite": …, "number": …}``."""
+    if isinstance(value, dict):
+        return _json_int(value.get("number"), key) if value.get("set") and not value.get("infinite") else None
+    return None if value is None else _json_int(value, key)
+
+
+def _json_int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ValueError(f"{key} is not a count: {str(value)[:100]!r}")
+    return value
+
+
+def _json_text(value: Any, key: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is not text: {str(value)[:100]!r}")
+    return value
+
+
+def _json_time(value: Any, key: str) -> str:
+    seconds = _json_number(value, key)
+    if not seconds:
+        return "Unknown"
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{key} is not a time: {seconds}") from None
 
 
 def _shown(column: str) -> pl.Expr:
@@ -337,7 +468,13 @@ def _typed(jobs: pl.DataFrame, time_zone: str) -> pl.DataFrame:
         .list.sum()
     )
     gpus = pl.coalesce(untyped, typed, pl.lit(0, pl.Int64))
+    counts_ok = (
+        tres.str.extract_all(r"(?:^|,)gres/gpu(?::[^=,]+)?=[^,]*")
+        .list.eval(pl.element().str.contains(r"=\d{1,12}$"))
+        .list.all()
+    )
     return jobs.with_columns(
+        counts_ok.fill_null(True).alias("gpu_counts_ok"),
         pl.col("JobID").alias("job_id"),
         pl.col("JobIDRaw").alias("job_id_raw"),
         pl.col("User").alias("user"),
@@ -430,7 +567,10 @@ class SlurmConnector:
     def facts(self, start: dt.datetime, end: dt.datetime) -> FactsBatch:
         """The GPU jobs sacct reports for ``[start, end)`` (a file: every GPU job it holds)."""
         text, file = self._read(start, end)
-        records = parse_sacct(text, file=file, fields=self.config.fields, time_zone=self.config.time_zone)
+        if self.config.output == "json":
+            records = parse_sacct_json(text, file=file)
+        else:
+            records = parse_sacct(text, file=file, fields=self.config.fields, time_zone=self.config.time_zone)
         return FactsBatch(
             workloads=workloads(records.jobs),
             read=records.read,
@@ -442,10 +582,12 @@ class SlurmConnector:
     def command(self, start: dt.datetime, end: dt.datetime) -> list[str]:
         """The sacct command for a window (UTC times, as ``TZ=UTC`` makes sacct read them)."""
         fmt = "%Y-%m-%dT%H:%M:%S"
-        argv = [self.config.sacct, "--allusers", "--parsable2", "--allocations", "--duplicates"]
+        json_output = self.config.output == "json"
+        argv = [self.config.sacct, "--allusers", "--json" if json_output else "--parsable2"]
+        argv += ["--allocations", "--duplicates"]
         argv += ["--starttime", start.astimezone(dt.UTC).strftime(fmt)]
         argv += ["--endtime", end.astimezone(dt.UTC).strftime(fmt)]
-        argv += ["--format", ",".join(self.config.fields)]
+        argv += [] if json_output else ["--format", ",".join(self.config.fields)]
         argv += ["--clusters", self.config.clusters] if self.config.clusters else []
         return argv + list(self.config.extra_args)
 

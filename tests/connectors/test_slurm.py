@@ -9,6 +9,7 @@ import stat
 from decimal import Decimal
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,6 +136,11 @@ def test_a_local_time_that_happens_twice_is_refused_not_guessed() -> None:
 
 
 HOSTILE = [
+    (
+        "1|1|u|a|p|q|COMPLETED|gres/gpu=two|n|2026-11-30T00:00:00|2026-11-30T01:00:00|1:00",
+        "AllocTRES",
+        "not a number",
+    ),
     (
         "1|1|u|a|p|q|COMPLETED|gres/gpu=1|n|2026-11-30T00:00:00|2026-11-30T01:00:00",
         None,
@@ -357,3 +363,81 @@ def test_facts_batch_refuses_counts_that_do_not_add_up() -> None:
     with pytest.raises(ValueError, match="do not add up"):
         FactsBatch(workloads=[], read=0, accepted=1, skipped={"steps": -1})
     assert FactsBatch(workloads=[], read=2, accepted=1, skipped={"steps": 1}).read == 2
+
+
+# --- sacct --json / slurmrestd's slurmdb jobs ---------------------------------------------------
+
+JSON = FIXTURES / "sacct-2026-11-30.json"
+
+
+def test_json_output_reads_the_same_jobs_as_the_text() -> None:
+    from connectors.slurm import parse_sacct_json
+
+    records = parse_sacct_json(JSON.read_text(), file=str(JSON))
+    assert (records.read, records.skipped, records.refused) == (
+        15,
+        {"pending jobs": 1, "jobs without GPUs": 3},
+        [],
+    )
+    text = parse_sacct(NOHEADER.read_text(), file="t").jobs.drop("line")
+    assert records.jobs.drop("line").equals(text)
+    assert records.jobs.filter(pl.col("job_id_raw") == "6000")["job_id"].to_list() == ["6000+0"]
+    assert gpu_hours_by(records.jobs) == {"bio": Decimal(24), "chem": Decimal(6), "physics": Decimal(63)}
+
+
+def job(**kw) -> dict:
+    base = {
+        "job_id": 1,
+        "user": "u",
+        "account": "a",
+        "partition": "p",
+        "qos": "q",
+        "state": {"current": ["COMPLETED"]},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 2}]},
+        "time": {"start": 1764460800, "end": 1764464400},
+    }
+    return base | kw
+
+
+@pytest.mark.parametrize(
+    ("record", "column", "reason"),
+    [
+        (job(job_id="1"), None, "job_id is not a count"),
+        (job(job_id=True), None, "job_id is not a count"),
+        (job(user=7), None, "user is not text"),
+        (job(tres={"allocated": [{"type": "gres", "name": "gpu", "count": 1.5}]}), None, "tres.count"),
+        (job(time={"start": 10**20, "end": 1}), None, "time.start is not a count"),
+        (job(time={"start": {"set": True, "number": 10**15}, "end": 1}), None, "time.start is not a time"),
+        (job(state={"current": ["EXPLODED"]}), "State", "unknown job state"),
+        (job(time={"start": 1764464400, "end": 1764460800}), "End", "before Start"),
+        (job(user="x\x1b[2J"), "User", "control"),
+        ("not a job", None, "not a job record"),
+    ],
+)
+def test_hostile_json_jobs_are_refused_by_position(record, column, reason) -> None:
+    import json
+
+    from connectors.slurm import parse_sacct_json
+
+    records = parse_sacct_json(json.dumps({"jobs": [job(job_id=2), record, job(job_id=3)]}), file="j.json")
+    assert records.read == 3 and records.jobs["job_id"].to_list() == ["2", "3"]
+    [refused] = records.refused
+    assert (refused.file, refused.line, refused.column) == ("j.json", 2, column)
+    assert reason in refused.reason
+
+
+def test_json_that_is_not_sacct_output_is_an_error() -> None:
+    from connectors.slurm import parse_sacct_json
+
+    with pytest.raises(ConnectorError, match=r"j.json: not JSON \(Expecting value, line 1 column 1\)"):
+        parse_sacct_json("JobID|JobIDRaw", file="j.json")
+    with pytest.raises(ConnectorError, match='no "jobs" list'):
+        parse_sacct_json('{"errors": [{"error": "Unable to contact slurmdbd"}]}', file="j.json")
+
+
+def test_runs_sacct_json(tmp_path: Path) -> None:
+    script = fake_sacct(tmp_path, f'cat "{JSON}"')
+    batch = build(sacct=str(script), output="json").facts(utc(2026, 11, 30), utc(2026, 12, 1))
+    assert (batch.read, batch.accepted, len(batch.workloads)) == (15, 11, 20)
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:4] == ["TZ=UTC", "--allusers", "--json", "--allocations"] and "--format" not in args
