@@ -290,3 +290,21 @@ def test_the_instance_own_tag_wins_over_the_bill(engine: Engine) -> None:
     owners = _owners(engine)
     assert owners[f"{EKS}/gpu0"][1:4] == ("from-ec2", "inference", "project-tag")  # team: from the bill
     assert owners[f"{EKS}/unmonitored"][1] == "eks-serving"  # no metric, only the bill
+
+
+def test_hostile_tags_are_bounded_not_fatal(engine: Engine) -> None:
+    many = json.dumps({f"user_k{i:03d}": "v" for i in range(150)})
+    more = json.dumps(
+        {f"user_k{i:03d}": "w" for i in range(150, 300)} | {"user_big": "x" * 301, "user_nl": "a\nb"}
+    )
+    facts = tag_facts("aws", more)
+    assert len(facts) == 150 and "cloud.tag:big" not in facts and "cloud.tag:nl" not in facts
+    add(engine, [_p5_hour("i-many", 0, "1.00", many), _p5_hour("i-many", 1, "1.00", more),
+                 _p5_hour("i-bad", 0, "1.00", "{not json")])  # fmt: skip
+    with engine.connect() as conn:
+        found = dict(resource_facts(conn, ["i-many", "i-bad"], SEP, OCT).iter_rows())
+    assert list(found) == ["i-many"]
+    keys = [f["key"] for f in found["i-many"]]
+    assert len(keys) == 200 and keys == sorted(keys) and keys[-1] == "cloud.tag:k199"  # 300 merged, 200 kept
+    reprice(engine, SEP, OCT, attribution_rules=RULES)  # no rule matches: no owner, nothing breaks
+    assert _cost_by(engine, D.PROJECT) == {(None,): Decimal("3.00")}
