@@ -44,13 +44,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import httpx
 import polars as pl
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
     ConnectorError,
+    FatalSourceError,
     RefusedRow,
     RetriableError,
     WorkloadInfo,
@@ -126,6 +128,11 @@ class SlurmConfig(ConnectorConfig):
     interval_s: float = 900.0
     path: str | None = None
     output: Literal["parsable2", "json"] = "parsable2"
+    #: slurmrestd instead of sacct: its base URL, the API release and the JWT (``scontrol token``)
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=500)
+    api_version: str = Field(default="v0.0.40", pattern=r"^v0\.0\.\d{2}$")
+    user_name: str | None = Field(default=None, max_length=100)
+    token: SecretStr | None = None
     sacct: str = "sacct"
     clusters: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9_.,-]+$")
     extra_args: list[str] = Field(default_factory=list, max_length=50)
@@ -142,6 +149,14 @@ class SlurmConfig(ConnectorConfig):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown IANA time zone {name!r}") from None
         return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SlurmConfig:
+        if self.path is not None and self.url is not None:
+            raise ValueError("give path (a recorded file) or url (slurmrestd), not both")
+        if self.url is not None and self.output != "json":
+            raise ValueError('slurmrestd answers JSON: set output = "json" with url')
+        return self
 
     @model_validator(mode="after")
     def _fields_known(self) -> SlurmConfig:
@@ -603,6 +618,8 @@ class SlurmConnector:
             if len(data) > limit:
                 raise ConnectorError(f"{path}: larger than max_bytes = {limit}")
             return data.decode("utf-8", errors="replace"), str(path)
+        if self.config.url is not None:
+            return self._slurmrestd(start, end), self.config.url
         argv = self.command(start, end)
         try:
             done = (self._run or _run_bounded)(argv, timeout_s=self.config.timeout_s, limit=limit)
@@ -618,6 +635,46 @@ class SlurmConnector:
         if len(done.stdout) > limit:
             raise ConnectorError(f"{argv[0]}: output larger than max_bytes = {limit}")
         return done.stdout.decode("utf-8", errors="replace"), "sacct"
+
+    def _slurmrestd_get(self, url: str, params: dict[str, str], headers: dict[str, str]) -> bytes:
+        limit = self.config.max_bytes
+        try:
+            with (
+                httpx.Client(timeout=self.config.timeout_s) as client,
+                client.stream("GET", url, params=params, headers=headers) as response,
+            ):
+                if response.status_code in (401, 403):
+                    raise FatalSourceError(f"{url}: HTTP {response.status_code} (check user_name and token)")
+                if response.status_code >= 500 or response.status_code == 429:
+                    raise RetriableError(f"{url}: HTTP {response.status_code}")
+                if response.status_code != 200:
+                    raise FatalSourceError(f"{url}: HTTP {response.status_code}")
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > limit:
+                        raise ConnectorError(f"{url}: answer larger than max_bytes = {limit}")
+                return bytes(data)
+        except httpx.TransportError as exc:
+            raise RetriableError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+    def _slurmrestd(self, start: dt.datetime, end: dt.datetime) -> str:
+        """``GET {url}/slurmdb/{api_version}/jobs?start_time=…&end_time=…`` with the JWT headers.
+        slurmrestd reads the times in its own zone: the window asked is a day wider on each side
+        (more jobs' facts are harmless; a missed job's are not)."""
+        assert self.config.url is not None
+        fmt = "%Y-%m-%dT%H:%M:%S"
+        params = {
+            "start_time": (start.astimezone(dt.UTC) - dt.timedelta(days=1)).strftime(fmt),
+            "end_time": (end.astimezone(dt.UTC) + dt.timedelta(days=1)).strftime(fmt),
+        }
+        headers = {"Accept": "application/json"}
+        if self.config.user_name:
+            headers["X-SLURM-USER-NAME"] = self.config.user_name
+        if self.config.token is not None:
+            headers["X-SLURM-USER-TOKEN"] = self.config.token.get_secret_value()
+        url = f"{self.config.url.rstrip('/')}/slurmdb/{self.config.api_version}/jobs"
+        return self._slurmrestd_get(url, params, headers).decode("utf-8", errors="replace")
 
 
 def _run_bounded(argv: list[str], *, timeout_s: float, limit: int) -> subprocess.CompletedProcess[bytes]:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import stat
+import threading
+from collections.abc import Iterator
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -441,3 +444,81 @@ def test_runs_sacct_json(tmp_path: Path) -> None:
     assert (batch.read, batch.accepted, len(batch.workloads)) == (15, 11, 20)
     args = (tmp_path / "args").read_text().splitlines()
     assert args[:4] == ["TZ=UTC", "--allusers", "--json", "--allocations"] and "--format" not in args
+
+
+# --- slurmrestd -----------------------------------------------------------------------------------
+
+
+class _Slurmrestd(BaseHTTPRequestHandler):
+    """slurmrestd's slurmdb jobs endpoint: the JSON fixture for the right token, 401 otherwise."""
+
+    seen: list[tuple[str, str | None, str | None]]
+    status = 200
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.seen.append(
+            (self.path, self.headers.get("X-SLURM-USER-NAME"), self.headers.get("X-SLURM-USER-TOKEN"))
+        )
+        ok = self.headers.get("X-SLURM-USER-TOKEN") == "eyJ.jwt.sig"
+        status = self.status if ok else 401
+        body = JSON.read_bytes() if status == 200 else b'{"errors": [{"error": "Authentication failure"}]}'
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slurmrestd() -> Iterator[tuple[str, type[_Slurmrestd]]]:
+    handler = type("Handler", (_Slurmrestd,), {"seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_reads_slurmrestd_slurmdb_jobs(slurmrestd) -> None:
+    url, handler = slurmrestd
+    connector = build(url=url, output="json", user_name="ledger", token="eyJ.jwt.sig")
+    batch = connector.facts(utc(2026, 11, 30), utc(2026, 12, 1))
+    assert (batch.read, batch.accepted, len(batch.workloads)) == (15, 11, 20)
+    assert handler.seen == [
+        (
+            "/slurmdb/v0.0.40/jobs?start_time=2026-11-29T00%3A00%3A00&end_time=2026-12-02T00%3A00%3A00",
+            "ledger",
+            "eyJ.jwt.sig",
+        )
+    ]
+    assert "eyJ" not in repr(connector.config)
+
+
+def test_slurmrestd_failures_are_classified(slurmrestd) -> None:
+    from connectors.sdk import FatalSourceError
+
+    url, handler = slurmrestd
+    window = (utc(2026, 11, 30), utc(2026, 12, 1))
+    with pytest.raises(FatalSourceError, match="HTTP 401 .check user_name and token"):
+        build(url=url, output="json", token="wrong").facts(*window)
+    handler.status = 503
+    with pytest.raises(RetriableError, match="HTTP 503"):
+        build(url=url, output="json", token="eyJ.jwt.sig").facts(*window)
+    handler.status = 200
+    with pytest.raises(ConnectorError, match="answer larger than max_bytes = 1000"):
+        build(url=url, output="json", token="eyJ.jwt.sig", max_bytes=1000).facts(*window)
+    with pytest.raises(RetriableError, match="ConnectError"):
+        build(url="http://127.0.0.1:9", output="json").facts(*window)
+    from connectors.registry import ConnectorConfigError
+
+    with pytest.raises(ConnectorConfigError, match='output = "json"'):
+        build(url=url)
+    with pytest.raises(ConnectorConfigError, match="not both"):
+        build(url=url, path="x", output="json")
