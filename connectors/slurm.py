@@ -120,7 +120,8 @@ class SlurmConfig(ConnectorConfig):
     ``path``: a recorded ``sacct --parsable2`` file (read each run). Without it the connector runs
     ``sacct`` (``sacct``: its path) with ``TZ=UTC`` for each window, adding ``clusters`` and
     ``extra_args`` to the flags in the module docstring. ``output = "json"`` reads ``sacct --json``
-    (or a saved slurmrestd ``/slurmdb/v0.0.4x/jobs`` answer) instead. ``fields``: the columns of a
+    (or a saved slurmrestd ``/slurmdb/v0.0.4x/jobs`` answer) instead; with ``url`` it asks
+    slurmrestd itself (``api_version``, ``user_name``, ``token``: its JWT). ``fields``: the columns of a
     file without a header line, in order. ``time_zone``: the zone of times written without an offset.
     """
 
