@@ -101,3 +101,20 @@ def test_change_a_rule_and_reattribute_moves_cost_keeping_the_total(engine: Engi
         )
         assert again.exit_code == 0 and "0 of 2 owners changed, 0 hourly rows" in again.stdout
         assert _cost(client) == second
+
+
+def test_reattribute_cli_refuses_bad_arguments_without_a_traceback(engine: Engine, tmp_path: Path) -> None:
+    good = _config(tmp_path, engine, override=False)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text().replace('match = "(?i)ml-(.*)"', 'match = "(?i)ml-(.*"'))
+    cases = [
+        (["--start", "yesterday", "--end", END.isoformat(), "--config", str(good)], "--start"),
+        (["--start", END.isoformat(), "--end", DAY0.isoformat(), "--config", str(good)],
+         "must be after --start"),
+        (["--start", DAY0.isoformat(), "--end", END.isoformat(), "--config", str(bad)],
+         '[[attribution]] #1 name="project-from-team-label": key "match": Value error, not a valid regex'),
+    ]  # fmt: skip
+    for args, message in cases:
+        result = CliRunner().invoke(cli, ["reattribute", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output, result.output
