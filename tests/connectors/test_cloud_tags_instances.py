@@ -26,12 +26,16 @@ from azurefake.server import Reply, Request, StaticCredential, fake_azure
 from gcpfake.build import plain_client, series
 from gcpfake.server import FakeMetricService, running_fake
 from pydantic import ValidationError
+from sqlalchemy import select
 
 from connectors.azure_monitor import AzureMonitorConfig, AzureMonitorConnector
 from connectors.cloud_tags import MAX_CHARS, facts
 from connectors.cloudwatch import CloudWatchConnector, client_factory
 from connectors.gcp_monitoring import GcpMonitoringConfig, GcpMonitoringConnector
 from connectors.sdk import FatalSourceError
+from service.db import make_engine
+from service.ledger.ingest import ingest_window
+from service.models import Device
 
 H10 = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 M = dt.timedelta(minutes=1)
@@ -370,3 +374,24 @@ def test_vm_tags_from_arm_become_device_facts(tmp_path: Path) -> None:
         },
     )
     assert [r.path for r in fake.requests if r.method == "GET"] == [VM.lower()]
+
+
+def test_ec2_tags_are_kept_as_device_tags_through_the_ingest(
+    moto: str, aws_client: Callable[..., Any], sqlite_url: str
+) -> None:
+    ec2, cloudwatch = aws_client("ec2"), aws_client("cloudwatch")
+    tagged = _tagged(ec2, "p5.48xlarge", {"project": "pretrain-70b"})
+    _gpu(cloudwatch, tagged, 0, InstanceType="p5.48xlarge")
+    engine = make_engine(sqlite_url)
+    try:
+        with CloudWatchConnector(cloudwatch_config(moto), clock=lambda: H10 + M * 30) as connector:
+            ingest_window(engine, "aws", connector, H10, H10 + dt.timedelta(hours=1))
+        with engine.connect() as conn:
+            stored = conn.execute(
+                select(Device.tags).where(Device.device_id == f"{tagged}/gpu0")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert (json.loads(stored) if isinstance(stored, str) else stored) == {
+        "cloud.tag:project": "pretrain-70b"
+    }
