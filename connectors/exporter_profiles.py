@@ -15,6 +15,7 @@ from connectors.exporter_profile import ExporterProfile
 MODULES: dict[str, str] = {
     "dcgm": "connectors.dcgm",  # NVIDIA dcgm-exporter
     "xpum": "connectors.xpum_exporter",  # Intel XPU Manager exporter
+    "xpumd": "connectors.xpumd_exporter",  # Intel XPU Manager 2 (xpumd, OpenTelemetry hw_*)
     "ascend": "connectors.npu_exporter",  # Huawei Ascend npu-exporter
     "amd": "connectors.rocm_exporter",  # AMD ROCm device-metrics-exporter
 }

@@ -198,3 +198,24 @@ def test_hostile_label_values_stay_bounded_names() -> None:
     assert intel_model("Intel(R) Graphics [0x1234]") == "Intel Graphics [0x1234]"  # unknown: as named
     assert intel_model(None, "0xbda") == "Intel Data Center GPU Max 1100"
     assert intel_model(None) is None and ascend_model("") is None
+
+
+def test_the_xpu_manager_2_page_gives_the_gpu_from_its_package_and_compute_group() -> None:
+    """tests/fixtures/xpum/xpumd-node.prom: one Max 1550 as xpumd's collector exposes it."""
+    page = (FIXTURES / "xpum/xpumd-node.prom").read_text()
+    batch = parse_metrics(page, TS, Stamp(node="xe-node-02"), exporter_profiles.profile("xpumd"))
+    assert readings(batch) == {
+        (GPU_A, "gpu_util"): (pytest.approx(90.0), ""),  # compute-all tiles 95 %, 85 %; not 'all'
+        (GPU_A, "mem_bw"): (pytest.approx(35.0), ""),
+        (GPU_A, "power_w"): (480.5, ""),  # the package domain; card (520) and stack (240.25) are not
+        (GPU_A, "energy_j"): (3_600_000.0, ""),
+        (GPU_A, "mem_used_b"): (66_571_993_088.0, ""),  # both tiles' HBM modules
+        (GPU_A, "mem_total_b"): (137_438_953_472.0, ""),
+        (GPU_A, "temp_c"): (61.0, ""),  # the GPU sensor's max; global 62 and memory 55 are not
+    }
+    assert [(d.device_id, d.gpu_model, d.vendor, d.node) for d in batch.devices] == [
+        (GPU_A, "Intel Data Center GPU Max 1550", "intel", "xe-node-02")
+    ]
+    only_all = "\n".join(line for line in page.splitlines() if "compute-all" not in line)
+    batch = parse_metrics(only_all, TS, Stamp(), exporter_profiles.profile("xpumd"))
+    assert readings(batch)[(GPU_A, "gpu_util")] == (pytest.approx(93.5), "")  # 'all': (97 + 90) / 2

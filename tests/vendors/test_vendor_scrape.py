@@ -34,7 +34,12 @@ def _pages() -> dict[str, bytes]:
     xpum = (FIXTURES / "xpum/max1550-node.prom").read_bytes()
     ascend = (FIXTURES / "ascend/910b3-node.prom").read_text()
     now_ms = str(int(time.time() * 1000))
-    return {"/xpum": xpum, "/ascend": re.sub(r" \d{13}$", " " + now_ms, ascend, flags=re.M).encode()}
+    xpumd = (FIXTURES / "xpum/xpumd-node.prom").read_bytes()
+    return {
+        "/xpum": xpum,
+        "/xpumd": xpumd,
+        "/ascend": re.sub(r" \d{13}$", " " + now_ms, ascend, flags=re.M).encode(),
+    }
 
 
 class _Exporters(BaseHTTPRequestHandler):
@@ -66,7 +71,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
         + "".join(
             f"  - job_name: {job}\n    metrics_path: {path}\n    static_configs: [{{targets: ['{target}']}}]\n"  # noqa: E501
-            for job, path in (("xpum", "/xpum"), ("npu-exporter", "/ascend"))
+            for job, path in (("xpum", "/xpum"), ("xpumd", "/xpumd"), ("npu-exporter", "/ascend"))
         )
     )
     port = _free_port()
@@ -79,14 +84,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        query = 'count by (job) ({__name__=~"xpum_power_watts|npu_chip_info_power"})'
+        query = 'count by (job) ({__name__=~"xpum_power_watts|hw_power_watts|npu_chip_info_power"})'
         while True:  # until both pages were scraped at least twice
             assert proc.poll() is None, (work / "prometheus.log").read_text()[-2000:]
             try:
                 answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=2).json()
                 jobs = {r["metric"]["job"] for r in answer["data"]["result"]}
                 up = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2).json()
-                if jobs == {"xpum", "npu-exporter"} and all(
+                if jobs == {"xpum", "xpumd", "npu-exporter"} and all(
                     r["value"][1] == "1" for r in up["data"]["result"]
                 ):
                     break
@@ -138,3 +143,11 @@ def test_prometheus_scrapes_the_npu_exporter_page_and_the_connector_reads_it(scr
                           ("mem_total_b", 65536.0 * MIB)):  # fmt: skip
         assert got[(CHIP_0, metric)] == {(value, pod)}, metric
     assert len({device for device, _ in got}) == 2
+
+
+def test_prometheus_scrapes_the_xpu_manager_2_page_and_the_connector_reads_it(scraped: str) -> None:
+    got = _read(scraped, "xpumd", "xpumd")
+    expected = (("gpu_util", 90.0), ("mem_bw", 35.0), ("power_w", 480.5), ("energy_j", 3_600_000.0),
+                ("mem_used_b", 66_571_993_088.0), ("mem_total_b", 137_438_953_472.0),
+                ("temp_c", 61.0))  # fmt: skip
+    assert {metric: values for (_, metric), values in got.items()} == {m: {(v, "")} for m, v in expected}
