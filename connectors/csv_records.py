@@ -6,7 +6,9 @@ row of nulls, one unbalanced quote fails the whole read with no line number, and
 silently truncated. So every chunk is first cut into records here, with a few columnar Polars
 string passes over its lines (quotes counted per line; separators counted outside quoted fields),
 and a Python step only per line that needs one (a quote left open at its end, a wrong field
-count) — a well-formed chunk costs no Python per line at all:
+count) — a well-formed chunk costs no Python per line at all, and one regex pass per line (every
+line one record of the header's fields, :func:`_all_records`) before the staged ones, which run
+only for a chunk where some line fails it:
 
 * a line with an even number of quotes is a record alone; it is refused when its quoting is not
   RFC 4180 (a quote inside an unquoted field, text after a closing quote), or when it has more or
@@ -33,6 +35,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -93,6 +96,9 @@ def scan(
     lines = pl.DataFrame({"s": decoded.split("\n")[:count]}, schema={"s": pl.String})
     if "\r" in decoded:
         lines = lines.select(pl.col("s").str.strip_suffix("\r"))
+    if _all_records(lines, width, separator):
+        raw = chunk.split(b"\n")[:count] if keys else []
+        return _whole_chunk(chunk, first_line, count, raw, decoded, keys)
     marked = lines.select(pl.col("s").str.replace_all(_QUOTED, _MARK).alias("m"))
     not_sep = f"[^{_class(separator)}]"
     shapes = pl.concat([lines, marked], how="horizontal").select(
@@ -112,15 +118,10 @@ def scan(
         (i, blank, raw[i].count(b'"') % 2 == 1 if quoting else False, quoting, fields)
         for i, blank, quoting, fields in odd_lines.iter_rows()
     ]
+    if not special:
+        return _whole_chunk(chunk, first_line, count, raw, decoded, keys)
     out = Records(body=b"", lines=[], keys={} if keys else None, consumed=len(chunk))
     bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
-    if not special:
-        out.body = chunk
-        out.lines = list(range(first_line, first_line + count))
-        out.undecodable = {first_line + i for i in bad_bytes}
-        if keys:
-            out.keys = {first_line + i: _key(r.rstrip(b"\r")) for i, r in enumerate(raw)}
-        return out
     starts: dict[int, int] = {}  # line index inside a multi-line record → its first line index
     dropped: set[int] = set()
     stop = len(raw)  # lines from here on are left for the next chunk
@@ -173,6 +174,39 @@ def scan(
     out.undecodable = {first_line + starts.get(i, i) for i in bad_bytes if i in keep or i in starts}
     out.consumed = sum(len(r) + 1 for r in raw[:stop]) if stop < len(raw) else len(chunk)
     return out
+
+
+def _whole_chunk(
+    chunk: bytes, first_line: int, count: int, raw: list[bytes], decoded: str, keys: bool
+) -> Records:
+    """A chunk whose every line is a record alone, passed on whole."""
+    bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
+    return Records(
+        body=chunk,
+        lines=list(range(first_line, first_line + count)),
+        keys={first_line + i: _key(r.rstrip(b"\r")) for i, r in enumerate(raw)} if keys else None,
+        consumed=len(chunk),
+        undecodable={first_line + i for i in bad_bytes},
+    )
+
+
+def _all_records(lines: pl.DataFrame, width: int, separator: str) -> bool:
+    """Whether every line is one well-formed record of ``width`` or ``width - 1`` fields: one regex
+    pass per line (an unquoted field holds no quote or separator, a quoted one is RFC 4180's),
+    half the cost of the staged passes below, which then run only where a line fails it. Such a
+    line is none the staged passes would single out: each quoted field is replaced whole, no quote
+    is left and each mark sits between separators, and the separators counted are the fields'."""
+    if width < 3 or lines.is_empty():  # a blank line would match a record of one or two fields
+        return False
+    sep = _class(separator)
+    # no NUL outside quotes: the staged passes mark quoted fields with one, and refuse a line where
+    # a NUL of the file's own sits next to a field's text
+    field = f'(?:[^"{sep}\x00]*|"(?:[^"]|"")*")'
+    record = f"^{field}(?:{re.escape(separator)}{field}){{{width - 2},{width - 1}}}$"
+    try:
+        return bool(lines.select(pl.col("s").str.contains(record).all()).item())
+    except pl.exceptions.ComputeError:  # a header too wide for the regex's size limit
+        return False
 
 
 def _undecodable_lines(chunk: bytes) -> set[int]:

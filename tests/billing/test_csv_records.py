@@ -5,9 +5,14 @@ and the same records, refusals and lines however the stream is cut into chunks."
 from __future__ import annotations
 
 import io
+from unittest import mock
 
+import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from connectors import csv_records
 from connectors.billing import BillingFileError
 from connectors.billing_io import LINE, csv_chunks, csv_frame
 
@@ -84,3 +89,46 @@ def test_chunks_give_the_records_and_refusals_of_the_whole_file(rows: int, block
 def test_a_header_with_an_open_quote_fails_the_file_at_line_1() -> None:
     with pytest.raises(BillingFileError, match=r"f\.csv, line 1: the header has an unbalanced quote"):
         csv_frame(b'id,"note,cost\n1,2,3\n', "f.csv")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    width=st.integers(1, 5),
+    lines=st.lists(st.text(alphabet='ab ,"\r\n;\x00é', max_size=14), min_size=1, max_size=8),
+    final=st.booleans(),
+    keys=st.booleans(),
+)
+def test_the_one_pass_check_of_a_well_formed_chunk_changes_no_outcome(
+    width: int, lines: list[str], final: bool, keys: bool
+) -> None:
+    """A chunk every line of which one regex pass reads as a record is passed on whole; any other
+    goes through the staged passes. Both ways give the same records, lines, refusals and keys."""
+    columns = [f"c{i}" for i in range(width)]
+    chunk = "\n".join(lines).encode() + b"\n"
+
+    def records(fast: bool) -> object:
+        with mock.patch.object(csv_records, "_all_records", csv_records._all_records if fast else _never):
+            got = csv_records.scan(chunk, 2, columns, "f.csv", final=final, keys=keys)
+        return (got.body, got.lines, got.multi, got.refused, got.keys, got.consumed, got.undecodable)
+
+    assert records(fast=True) == records(fast=False)
+
+
+def _never(*_: object) -> bool:
+    return False
+
+
+def test_a_well_formed_chunk_takes_the_one_pass_check() -> None:
+    chunk = b'1,"a ""quoted"", text",2\n2,,3\n3,"x,y"\n'  # the last record one field short: read
+    seen: list[bool] = []
+    check = csv_records._all_records
+
+    def spy(*args: object) -> bool:
+        seen.append(check(*args))  # type: ignore[arg-type]
+        return seen[-1]
+
+    with mock.patch.object(csv_records, "_all_records", spy):
+        got = csv_records.scan(chunk, 2, ["id", "note", "cost"], "f.csv", final=True)
+    assert seen == [True] and got.body == chunk and got.lines == [2, 3, 4] and not got.refused
+    for bad in (b'1,a"b,2\n', b'1,"a"b,2\n', b"1\n", b"1,2,3,4\n", b"\n", b'1,"open,2\n'):
+        assert not check(pl.DataFrame({"s": bad.decode().split("\n")[:1]}), 3, ",")
