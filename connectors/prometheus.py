@@ -104,7 +104,8 @@ class HttpSourceConfig(ConnectorConfig):
       ``dcgm-exporter-…``); ``""`` turns it off.
     * ``exporter``: which vendor's exporter the series come from, the name of its profile
       (:mod:`connectors.exporter_profiles`):
-      ``dcgm`` (default, NVIDIA dcgm-exporter), ``amd`` (ROCm device-metrics-exporter), …;
+      ``dcgm`` (default, NVIDIA dcgm-exporter), ``amd`` (ROCm device-metrics-exporter),
+      ``xpum`` (Intel XPU Manager exporter), ``xpumd`` (XPU Manager 2), ``ascend`` (npu-exporter);
       ``metric_prefix``: a prefix the exporter writes before every metric name (AMD's
       ``MetricsFieldPrefix``), default none.
     """
