@@ -159,6 +159,7 @@ class NpuSmiSampler:
         self._attributor = attributor
         self._run, self._clock = run, clock
         self._devices: list[DeviceInfo] = []
+        self._bus: dict[str, str] = {}  # device_id → PCI Bus-Id, for the agent's exporter
 
     def _device(self, chip: Chip) -> DeviceInfo:
         return DeviceInfo(
@@ -171,6 +172,11 @@ class NpuSmiSampler:
             gpu_model=ascend_model(chip.name),
             gpu_index=chip.npu if chip.npu <= 65535 else None,
         )
+
+    def pci_bus_id(self, device_id: str) -> str | None:
+        """The chip's PCI Bus-Id as ``npu-smi info`` shows it (the agent's exporter labels series
+        with it)."""
+        return self._bus.get(device_id)
 
     def devices(self) -> list[DeviceInfo]:
         """The node's NPU chips now."""
@@ -198,6 +204,7 @@ class NpuSmiSampler:
         for chip in chips:
             device = self._device(chip)
             devices.append(device)
+            self._bus[device.device_id] = chip.bus_id
             holders = self._workloads(chip.pids)
             workloads.update((w.workload_key, w) for w in holders)
             occupants = [(w.workload_key, 1.0 / len(holders)) for w in holders] or [("", 1.0)]

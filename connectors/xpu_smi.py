@@ -157,6 +157,7 @@ class XpuSmiSampler:
         self._run, self._clock = run, clock
         self._devices: dict[str, DeviceInfo] = {}
         self._mem_total: dict[str, float] = {}
+        self._bdf: dict[str, str] = {}  # device_id → PCI BDF, for the agent's exporter
 
     def _call(self, *args: str) -> str:
         return self._run([self.options.binary, *args], self.options.timeout_s)
@@ -165,6 +166,10 @@ class XpuSmiSampler:
         """The node's Intel GPUs now (``xpu-smi discovery``)."""
         self._discover()
         return list(self._devices.values())
+
+    def pci_bus_id(self, device_id: str) -> str | None:
+        """The GPU's PCI BDF as discovery lists it (the agent's exporter labels series with it)."""
+        return self._bdf.get(device_id) or None
 
     def _discover(self) -> None:
         listing = parse_json(self._call("discovery", "-j"), "xpu-smi discovery -j")
@@ -180,6 +185,7 @@ class XpuSmiSampler:
             ):
                 raise ConnectorError(f"xpu-smi discovery -j: device_list[{n}] has no uuid or device_id")
             index = str(entry["device_id"])
+            self._bdf[str(entry["uuid"])[:200]] = str(entry.get("pci_bdf_address") or "")[:50]
             props = parse_json(self._call("discovery", "-d", index, "-j"), f"xpu-smi discovery -d {index} -j")
             size = str(props.get("memory_physical_size_byte", ""))
             if size.isdigit() and int(size) > 0:

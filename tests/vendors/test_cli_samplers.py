@@ -114,6 +114,11 @@ def test_the_agent_loads_the_xpu_smi_sampler_and_reads_every_gpu(tmp_path: Path)
         (GPU_A, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 0, "intel"),
         (GPU_B, "Intel Data Center GPU Max 1550", "xe-node-01", "dc1", 1, "intel"),  # named from PCI id 0xbd5
     ]
+    assert (sampler.pci_bus_id(GPU_A), sampler.pci_bus_id(GPU_B), sampler.pci_bus_id("x")) == (
+        "0000:29:00.0",
+        "0000:9a:00.0",
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -218,6 +223,12 @@ def test_npu_smi_info_gives_each_chip_split_between_its_workloads(tmp_path: Path
         (chip0, "Ascend 910B3", 0, "npu-node-01", "huawei"),
         (chip1, "Ascend 910B3", 1, "npu-node-01", "huawei"),
         (chip2, "Ascend 910B3", 2, "npu-node-01", "huawei"),
+    ]
+    assert [sampler.pci_bus_id(c) for c in (chip0, chip1, chip2, "x")] == [
+        "0000:C1:00.0",
+        "0000:C2:00.0",
+        "0000:81:00.0",
+        None,
     ]
 
 
