@@ -49,6 +49,13 @@ class SmiOptions:
         the key."""
         if isinstance(raw, SmiOptions):
             return raw
+        try:
+            return cls._checked(raw, binary)
+        except ValueError as exc:
+            raise ValueError(f"[agent.source_options] of the {binary} sampler: {exc}") from None
+
+    @classmethod
+    def _checked(cls, raw: Mapping[str, Any], binary: str) -> SmiOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:

@@ -311,7 +311,21 @@ def test_failing_hanging_and_flooding_tools_are_retriable_errors(tmp_path: Path)
 def test_bad_options_are_errors_naming_the_key(options: dict, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         SmiOptions.parse(options, binary="xpu-smi")
+    assert str(caught.value).startswith("[agent.source_options] of the xpu-smi sampler: ")
     assert message in str(caught.value)
+
+
+def test_the_agent_refuses_to_start_with_bad_sampler_options(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        '[agent]\nservice_url = "http://127.0.0.1:9"\ntoken = "tttttttttttttttttttt"\nname = "n"\n'
+        f'spool_dir = "{tmp_path / "spool"}"\nsource = "connectors.npu_smi:NpuSmiSampler"\n'
+        "[agent.source_options]\ntimeout = 5\n"
+    )
+    out = subprocess.run([sys.executable, "-m", "service.agent", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "[agent.source_options] of the npu-smi sampler: unknown option(s) timeout" in out.stderr
 
 
 def test_a_broken_tool_never_stops_the_agent_loop(tmp_path: Path) -> None:
