@@ -1,7 +1,9 @@
 """``nvml``: read this node's GPUs through NVML (pynvml), one ``SampleBatch`` per call.
 
 The node agent calls ``NvmlSampler.sample()`` every ``period_s`` and ships the batches. A GPU in
-MIG mode is reported as its MIG instances. Readings (units as in ``service.metrics_catalog``):
+MIG mode is reported as its MIG instances, each its compute slices' fraction of the GPU; an NVIDIA
+vGPU inside a VM (``GRID A100-4C``) as its type's fraction of the board (docs/virtual-gpus.md).
+Readings (units as in ``service.metrics_catalog``):
 ``gpu_util``, ``mem_used_b``, ``mem_total_b``, ``power_w``, ``temp_c``, ``energy_j`` (the
 driver's counter, mJ → J; every ``energy_every_s`` only, as the read is slow); on Hopper and
 later the GPM metrics ``sm_active``, ``tensor_active`` and ``mem_bw`` over the interval since
@@ -42,6 +44,7 @@ from connectors.vgpu import (
     mig_fraction,
     mig_gpu_slices_from_nvml,
     mig_profile_of,
+    vgpu_profile,
 )
 
 if TYPE_CHECKING:
@@ -317,6 +320,9 @@ class NvmlSampler:
             gpu_index=index,
             tdp_w=_optional(nvml, lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0),
         )
+        vgpu = vgpu_profile(base.gpu_model or "")
+        if vgpu is not None:  # a VM's NVIDIA vGPU ("GRID A100-4C"): its fraction of the board
+            base = dataclasses.replace(base, gpu_fraction=vgpu.fraction)
         pci = _optional(nvml, lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
         has_gpm = bool(_optional(nvml, lambda: gpm_supported(nvml, handle)))
         if not _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle)[0]):

@@ -230,3 +230,23 @@ def test_a_reused_pid_is_read_again(fake_nvml: FakeNvml, tmp_path: Path) -> None
     fake_nvml.write(state(h200(procs="901:1")))
     assert shares(s) == {"job-901": 1.0}
     s.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "fraction"),
+    [
+        ("GRID A100-4C", 4 / 40),
+        ("NVIDIA A100-3-20C", 3 / 7),
+        ("NVIDIA A30-1-6C", 1 / 4),
+        ("NVIDIA H200", 1.0),
+    ],
+)
+def test_a_vms_vgpu_is_its_fraction_of_the_board(
+    fake_nvml: FakeNvml, tmp_path: Path, name: str, fraction: float
+) -> None:
+    """Inside a VM, NVML names the vGPU type; a time-sliced type holds its frame buffer's share of
+    the board, a MIG-backed one its slices."""
+    fake_nvml.write(state(h200(name=name, mem_total=4_294_967_296)))
+    s = sampler(fake_nvml, tmp_path)
+    assert [(d.gpu_model, d.gpu_fraction, d.mig_profile) for d in s.devices()] == [(name, fraction, None)]
+    s.close()
