@@ -30,11 +30,15 @@
   from them, and the pseudo-device keeps them as its ``tags`` (``gpu-ledger reattribute`` reads
   them there). The metered rows of a billed instance see the same facts under the device's own
   tags (ingest and ``reattribute``); a bill that comes after the metrics re-applies the rules to
-  its window. A tagged instance's unmonitored rows are *held* — workload ``cloud:<resource_id>``,
-  the instance itself, rented whole by whoever its tags name — so their cost is that owner's, not
-  the unallocated pool's (where answers null every workload dimension); an untagged instance's
-  stay unallocated (workload ``''``), as before. Tagged or not does not depend on the rules, so
-  re-applying changed rules never has to move a row between the two.
+  its window.
+* **Held by the instance**: where ``[[attribution]]`` rules are configured, the GPU-hours of an
+  instance its bill tags that no workload held — its unmonitored rows and its metered rows with
+  workload ``''`` alike — are *held* by the instance itself (workload ``cloud:<resource_id>``):
+  rented whole by whoever its tags name, so their cost is that owner's, not the unallocated
+  pool's (where answers null every workload dimension), whether or not metrics have arrived. An
+  untagged instance's, and every instance's without rules, stay unallocated (``''``) as before;
+  a re-pricing that finds an instance no longer held gives its rows back to the pool. Held or not
+  is decided here, at re-pricing, never by ``reattribute`` (which only names owners).
 * **Not GPU cost**: lines without a resource (unused RIs/Savings Plans, account credits, tax) and
   resources without GPUs (EBS, disks). Unused commitments are reported by reconciliation.
 
@@ -685,7 +689,10 @@ def reprice(
         priced = _price(spans, devices, share)
         billed = _resources_frame(spans, catalog)
         owners = resource_owners(conn, billed["resource"].to_list(), start, end, attribution_rules)
-        unmonitored = _unmonitored_rows(priced, billed.join(owners, on="resource", how="left"))
+        held = _held(owners, attribution_rules).select("resource", pl.lit(True).alias("held"))
+        unmonitored = _unmonitored_rows(
+            priced, billed.join(owners, on="resource", how="left").join(held, on="resource", how="left")
+        )
 
         check_rates_storable(priced.rates)
         _replace_rates(conn, start, end, priced.rates)
@@ -695,6 +702,7 @@ def reprice(
             )
         )
         _set_prices(conn, priced.updates)
+        _hold_by_instances(conn, start_h, end_h, _held(owners, attribution_rules)["resource"].to_list())
         if unmonitored.height:
             _insert_hours(conn, unmonitored)
             _upsert_devices(conn, unmonitored, _tags_of(owners))
@@ -775,7 +783,7 @@ def _unmonitored_rows(priced: _Priced, resources: pl.DataFrame) -> pl.DataFrame:
     present = pl.DataFrame({"gap": gaps, "present_s": [seconds[g] for g in gaps]},
                            schema={"gap": _I128, "present_s": pl.Float64})  # fmt: skip
     hour = _hour_start(pl.col("h"))
-    tagged = pl.col("facts").list.len().fill_null(0) > 0
+    tagged = pl.col("held").fill_null(False)
     return (
         rows.join(present, on="gap", how="left", maintain_order="left")
         .join(resources, on="resource", how="left", maintain_order="left")
@@ -909,6 +917,50 @@ def _replace_rates(conn: Connection, start: dt.datetime, end: dt.datetime, runs:
             frame.with_columns(
                 pl.col(money).cast(pl.Int64), bulk.sqlite_time("valid_from"), bulk.sqlite_time("valid_to")
             ),
+        )
+
+
+def _held(owners: pl.DataFrame, rules: Sequence[AttributionRule]) -> pl.DataFrame:
+    """The billed resources whose GPU-hours no workload held are held by the instance itself: those
+    the bill tags, when ``[[attribution]]`` rules are configured (module docstring)."""
+    if not rules:
+        return owners.clear()
+    return owners.filter(pl.col("facts").list.len() > 0)
+
+
+def _hold_by_instances(conn: Connection, start_h: int, end_h: int, held: list[str]) -> None:
+    """Metered rows of hours ``[start_h, end_h)`` that no workload held: those of ``held``
+    instances become the instance's (workload ``cloud:<instance_id>``); those an earlier run gave
+    an instance no longer held go back to the pool (workload ``''``, no owner). The rules name the
+    owners afterwards (:func:`service.attribution.reattribute.reattribute`)."""
+    c = _HOUR.c
+    window = (
+        c.hour_index >= start_h,
+        c.hour_index < end_h,
+        c.hour_start >= hour_start(start_h),  # partition pruning on PostgreSQL
+        c.hour_start < hour_start(end_h),
+        ~is_unmonitored(c.device_id),
+    )
+    was = set(
+        conn.execute(
+            select(c.instance_id).where(*window, c.workload_key.like(f"{CLOUD_WORKLOAD}%")).distinct()
+        ).scalars()
+    )
+    back = sorted(was - set(held))
+    pool = dict.fromkeys(("project", "team", "user_name", "owner_rule", "workload"))
+    for first in range(0, len(back), 5000):
+        chunk = back[first : first + 5000]
+        conn.execute(
+            update(_HOUR)
+            .where(*window, c.workload_key.like(f"{CLOUD_WORKLOAD}%"), c.instance_id.in_(chunk))
+            .values(workload_key="", **pool)
+        )
+    for first in range(0, len(held), 5000):
+        chunk = held[first : first + 5000]
+        conn.execute(
+            update(_HOUR)
+            .where(*window, c.workload_key == "", c.instance_id.in_(chunk))
+            .values(workload_key=CLOUD_WORKLOAD + c.instance_id, workload=c.instance_id)
         )
 
 

@@ -308,3 +308,50 @@ def test_hostile_tags_are_bounded_not_fatal(engine: Engine) -> None:
     assert len(keys) == 200 and keys == sorted(keys) and keys[-1] == "cloud.tag:k199"  # 300 merged, 200 kept
     reprice(engine, SEP, OCT, attribution_rules=RULES)  # no rule matches: no owner, nothing breaks
     assert _cost_by(engine, D.PROJECT) == {(None,): Decimal("3.00")}
+
+
+# --- a tagged VM metered without workloads: its GPU-hours are the instance's, metered or not -----
+
+VM = "i-0vm0000000000001"
+
+
+class _BareGpu(_PodOnGpu):
+    """GPU 0 of ``VM``, metered for 03:00–04:00 with no workload (the CloudWatch agent's view)."""
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Any:
+        for batch in super().collect(start, end):
+            columns = dict(batch.columns) | {"device_id": [f"{VM}/gpu0"] * len(batch.columns["ts_ms"])}
+            columns["workload_key"] = [""] * len(columns["ts_ms"])
+            device = DeviceInfo(f"{VM}/gpu0", "aws", instance_id=VM, instance_type="p5.48xlarge")
+            yield SampleBatch.from_columns(columns, [device])
+
+
+def _vm_rows(engine: Engine) -> dict[str, tuple[Any, ...]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(LedgerHour.device_id, LedgerHour.workload_key, LedgerHour.workload, LedgerHour.project,
+                   LedgerHour.owner_rule, LedgerHour.cost).where(LedgerHour.instance_id == VM)
+        ).all()  # fmt: skip
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def test_a_tagged_vm_metered_without_workloads_is_held_by_the_instance(engine: Engine) -> None:
+    add(engine, [_p5_hour(VM, 3, "55.04", '{"user_project": "vm-owner"}')])
+    hook = functools.partial(reprice_after_metrics, attribution_rules=RULES)
+    ingest_window(engine, "cw", _BareGpu(), HOUR3, HOUR3 + dt.timedelta(hours=1), attribution_rules=RULES,
+                  after_ingest=hook)  # fmt: skip
+    held = {
+        f"{VM}/gpu0": (f"cloud:{VM}", VM, "vm-owner", "project-tag", Decimal("6.88")),  # 55.04 / 8 GPUs
+        f"{VM}/unmonitored": (f"cloud:{VM}", VM, "vm-owner", "project-tag", Decimal("48.16")),  # the other 7
+    }
+    assert _vm_rows(engine) == held
+    assert _cost_by(engine, D.PROJECT) == {("vm-owner",): Decimal("55.04")}  # all of it, metered or not
+    reprice(engine, SEP, OCT, attribution_rules=RULES)
+    assert _vm_rows(engine) == held  # again: nothing moves
+    # without rules (or once the bill no longer tags it) the rows go back to the pool, as before
+    reprice(engine, SEP, OCT)
+    assert _vm_rows(engine) == {
+        f"{VM}/gpu0": ("", None, None, None, Decimal("6.88")),
+        f"{VM}/unmonitored": ("", None, None, None, Decimal("48.16")),
+    }
+    assert _cost_by(engine, D.PROJECT) == {(None,): Decimal("55.04")}
