@@ -305,7 +305,7 @@ def ingest(
             from connectors.sdk import ConnectorStatus
             from service.facts_ingest import ingest_facts
 
-            facts = ingest_facts(engine, name, connector, *aligned)
+            facts = ingest_facts(engine, name, connector, *aligned, attribution_rules=settings.attribution)
             typer.echo(f"{name}: {facts.summary()}")
             if facts.status != ConnectorStatus.OK and not allow_degraded:
                 raise typer.Exit(DEGRADED_EXIT)

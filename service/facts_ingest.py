@@ -4,7 +4,10 @@ The connector's ``facts(start, end)`` (connectors.sdk.facts) gives workloads wit
 facts; they are kept in ``workload_fact`` under the connector's name (one upsert per workload
 key), where the rules find them for the metrics sources' rows with the same key
 (service.attribution.shared_facts) — at their next ingest, and for rows already in the ledger on
-``gpu-ledger reattribute``. No ledger row is written. Records the connector refused go to the
+``gpu-ledger reattribute``. Given the ``[[attribution]]`` rules, the run then re-applies them to
+the ledger rows of its window (``service.attribution.reattribute``), so rows a metrics source wrote
+before the facts arrived (a job's first minutes: sacct is asked every 15 minutes) get their owner
+without anyone running ``reattribute``; nothing else of a row changes. Records the connector refused go to the
 ``rejection`` table with file, line, field and reason; the run's counts are ``read`` = every record
 read (skipped ones count as accepted: they were read and deliberately left out), ``rejected`` =
 refused. A run with refusals ends DEGRADED (the facts that were read are kept; last_error says how
@@ -15,7 +18,7 @@ end.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -23,6 +26,8 @@ from sqlalchemy import Engine
 from connectors.sdk import ConnectorStatus
 from connectors.sdk.facts import WorkloadFactsSource
 from service.attribution.ledger import save_workload_facts
+from service.attribution.reattribute import reattribute
+from service.attribution.rules import AttributionRule
 from service.dbtypes import table_of
 from service.models import Rejection
 from service.run_recorder import RunRecorder
@@ -39,12 +44,13 @@ class FactsResult:
     refused: int
     workloads: int
     skipped: dict[str, int] = field(default_factory=dict)
+    ledger_rows: int = 0  # ledger rows whose owner the new facts changed
 
     def summary(self) -> str:
         skipped = ", ".join(f"{why}: {n}" for why, n in sorted(self.skipped.items()))
         return (
             f"{self.status}: {self.read} records read, {self.accepted} kept as facts of {self.workloads} "
-            f"workloads, {self.refused} refused (run {self.run_id})"
+            f"workloads, {self.refused} refused, {self.ledger_rows} ledger rows re-owned (run {self.run_id})"
             + (f"; skipped {skipped}" if skipped else "")
         )
 
@@ -56,6 +62,7 @@ def ingest_facts(
     start: dt.datetime,
     end: dt.datetime,
     *,
+    attribution_rules: Sequence[AttributionRule] = (),
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> FactsResult:
     """Run facts connector ``name`` over ``[start, end)`` (module docstring)."""
@@ -81,7 +88,10 @@ def ingest_facts(
                         for r in batch.refused
                     ],
                 )
-        run.counts.add(accepted=batch.read - len(batch.refused), rejected=len(batch.refused))
+        moved = reattribute(engine, attribution_rules, start, end).rows_changed if attribution_rules else 0
+        run.counts.add(
+            accepted=batch.read - len(batch.refused), rejected=len(batch.refused), ledger_rows=moved
+        )
         status = ConnectorStatus.DEGRADED if batch.refused else ConnectorStatus.OK
         error = (
             f"{len(batch.refused)} of {batch.read} records refused (rejection table, run {run.run_id}); "
@@ -98,4 +108,5 @@ def ingest_facts(
         refused=len(batch.refused),
         workloads=kept,
         skipped=dict(batch.skipped),
+        ledger_rows=moved,
     )

@@ -299,7 +299,15 @@ class Scheduler:
                 start, end = await asyncio.to_thread(
                     catch_up_window, self.engine, name, connector, now, config.backfill_days
                 )
-                result = await asyncio.to_thread(self.ingest_facts, self.engine, name, connector, start, end)
+                result = await asyncio.to_thread(
+                    self.ingest_facts,
+                    self.engine,
+                    name,
+                    connector,
+                    start,
+                    end,
+                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
+                )
             else:
                 start, end = await asyncio.to_thread(
                     catch_up_window, self.engine, name, connector, now, config.backfill_days

@@ -177,6 +177,21 @@ def test_metrics_first_then_facts_and_reattribute(engine: Engine, agent: Workloa
     assert total_cost(engine) == Decimal(12)
 
 
+def test_a_facts_run_given_the_rules_re_owns_the_rows_written_before_it(
+    engine: Engine, agent: WorkloadInfo
+) -> None:
+    """What serve does: the metrics came first; the slurm run that follows applies the rules to its
+    window, so nobody has to run reattribute."""
+    price(engine)
+    metrics(engine, agent)
+    result = ingest_facts(engine, "slurm-main", slurm(), HOUR0, END, attribution_rules=RULES)
+    assert (result.status, result.ledger_rows) == (ConnectorStatus.OK, 3)
+    assert hours(owners(engine)) == OWNED
+    assert total_cost(engine) == Decimal(12)
+    again = ingest_facts(engine, "slurm-main", slurm(), HOUR0, END, attribution_rules=RULES)
+    assert again.ledger_rows == 0
+
+
 def test_hostile_accounting_lines_are_quarantined_and_the_rest_kept(engine: Engine, tmp_path: Path) -> None:
     path = tmp_path / "sacct.txt"
     lines = SACCT.read_text().splitlines()
@@ -255,7 +270,8 @@ def test_gpu_ledger_ingest_runs_a_facts_connector(
     done = CliRunner().invoke(app, ["ingest", "slurm-main", *window])
     assert done.exit_code == 0, done.output
     assert done.stdout == (
-        "slurm-main: OK: 20 records read, 11 kept as facts of 20 workloads, 0 refused (run 1); "
+        "slurm-main: OK: 20 records read, 11 kept as facts of 20 workloads, 0 refused, "
+        "0 ledger rows re-owned (run 1); "
         "skipped job steps: 5, jobs without GPUs: 3, pending jobs: 1\n"
     )
     degraded = CliRunner().invoke(app, ["ingest", "slurm-bad", *window])
