@@ -4,15 +4,21 @@ each process's environment (docs/virtual-gpus.md)."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
 from nvml.h200_replay import h200, state
 
 from connectors.base import WorkloadInfo
 from connectors.nvml import NvmlConfig, NvmlSampler
+from service.ledger.normalize import Window, normalize
+from service.money import from_nanos
+from service.pricing import PriceBook, RateCardConfig, price_rows
 
 UUID = "GPU-fbd3d301-eb3f-2053-443c-7eabc01e7a09"  # the probed H200 (h200(0))
 
@@ -250,3 +256,66 @@ def test_a_vms_vgpu_is_its_fraction_of_the_board(
     s = sampler(fake_nvml, tmp_path)
     assert [(d.gpu_model, d.gpu_fraction, d.mig_profile) for d in s.devices()] == [(name, fraction, None)]
     s.close()
+
+
+# -- priced: the agent's readings through normalization and pricing ----------------------------------
+
+
+def test_hami_pod_at_30_percent_and_an_a30_slice_cost_by_hand(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    """One hour sampled every minute: a HAMi pod (CUDA_DEVICE_SM_LIMIT=30) on the H200 and a 1g.6gb
+    slice of an A30, both priced at 4.00 $/GPU-hour: the pod 0.3 × 4.00 = 1.20 $ (the rest of the
+    H200 unallocated, 2.80 $), the slice 1/4 × 4.00 = 1.00 $."""
+    proc(tmp_path, 501, "python", {"CUDA_DEVICE_SM_LIMIT": "30"})
+    a30 = mig_gpu("NVIDIA A30", [("1g.6gb", {"gi_slices": 1, "procs": "777:1"})], A30_PROFILES)
+    a30 = {key.replace("gpu.0.", "gpu.1.", 1): value for key, value in a30.items()}
+    a30["gpu.1.uuid"] = "GPU-a30"
+    fake_nvml.write(state(h200(util_gpu=50, procs="501:4000000000"), a30))
+    hour_s = 10 * 3600  # 10:00 on 1970-01-01
+    clock = [float(hour_s)]
+    s = sampler(fake_nvml, tmp_path, clock)
+    frames, devices = [], {}
+    for minute in range(61):  # 10:00 … 11:00 inclusive: the 10:59 reading covers up to 11:00
+        clock[0] = hour_s + 60.0 * minute
+        batch = s.sample()
+        frames.append(batch.samples)
+        devices.update({d.device_id: d for d in batch.devices})
+    s.close()
+    window = Window(
+        start_ms=hour_s * 1000, end_ms=(hour_s + 3600) * 1000, max_gap_ms=120_000, presence_gap_ms=3_600_000
+    )
+    rows = normalize(pl.concat(frames), window)
+    present = {(r["device_id"], r["workload_key"]): r["present_s"] for r in rows.iter_rows(named=True)}
+    slice_id = "MIG-00000000-1111-2222-3333-444444444444"
+    assert present == {
+        (UUID, "job-501"): pytest.approx(1080.0),
+        (UUID, ""): pytest.approx(2520.0),
+        (slice_id, "job-777"): 3600.0,
+    }
+    assert devices[slice_id].gpu_fraction == 1 / 4
+
+    priced = rows.with_columns(
+        pl.lit(10).cast(pl.Int64).alias("hour_index"),
+        pl.lit("onprem").alias("environment"),
+        *(
+            pl.lit(None, dtype=pl.Utf8).alias(c)
+            for c in ("region", "cluster", "instance_id", "instance_type")
+        ),
+        pl.col("device_id").replace_strict({UUID: "NVIDIA H200", slice_id: "NVIDIA A30"}).alias("gpu_model"),
+        pl.col("device_id")
+        .replace_strict({d: info.gpu_fraction for d, info in devices.items()}, return_dtype=pl.Float64)
+        .alias("gpu_fraction"),
+        pl.lit(None, dtype=pl.Float64).alias("tdp_w"),
+    )
+    rate = RateCardConfig(
+        name="site", environment="onprem", rate_per_gpu_hour=Decimal("4.00"), currency="USD",
+        valid_from=dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+    ).to_gpu_rate()  # fmt: skip
+    out = price_rows(priced, PriceBook.from_rates([rate]))
+    cost = {
+        (r["device_id"], r["workload_key"]): from_nanos(r["cost_nanos"]) for r in out.iter_rows(named=True)
+    }
+    assert cost == {
+        (UUID, "job-501"): Decimal("1.2"),
+        (UUID, ""): Decimal("2.8"),
+        (slice_id, "job-777"): Decimal("1"),
+    }
