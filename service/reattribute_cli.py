@@ -18,6 +18,9 @@ from service.timeutil import ceil_hour, floor_hour
 def reattribute(
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 UTC (floored to the hour).")],
     end: Annotated[str, typer.Option(help="Window end, ISO 8601 UTC (ceiled to the hour).")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would change, change nothing.")
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Re-apply the configured [[attribution]] rules to ledger hours [START, END) from the facts kept
@@ -37,15 +40,17 @@ def reattribute(
         migrate(engine)
         with ChunkProgress("reattribute") as progress:
             progress.set_window(*aligned)
-            result = run(engine, settings.attribution, *aligned, on_day=progress)
+            result = run(engine, settings.attribution, *aligned, on_day=progress, dry_run=dry_run)
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     except PrunedHistory as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     finally:
         engine.dispose()
+    verb, would = ("would reattribute", "would be ") if dry_run else ("reattributed", "")
     typer.echo(
-        f"reattributed {result.start.isoformat()} – {result.end.isoformat()} with "
+        f"{verb} {result.start.isoformat()} – {result.end.isoformat()} with "
         f"{len(settings.attribution)} rule(s): {result.owners_changed:,} of {result.owners:,} owners "
-        f"changed, {result.rows_changed:,} hourly rows rewritten, {result.days_rebuilt:,} days rebuilt"
+        f"{would}changed, {result.rows_changed:,} hourly rows {would}rewritten, "
+        f"{result.days_rebuilt:,} days {would}rebuilt"
     )

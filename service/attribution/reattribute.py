@@ -59,8 +59,10 @@ def reattribute(
     end: dt.datetime,
     *,
     on_day: DayCallback | None = None,
+    dry_run: bool = False,
 ) -> ReattributeResult:
-    """Apply ``rules`` to ledger hours ``[floor_hour(start), ceil_hour(end))`` (module docstring)."""
+    """Apply ``rules`` to ledger hours ``[floor_hour(start), ceil_hour(end))`` (module docstring).
+    ``dry_run``: count what would change, then roll each day back (nothing written or bumped)."""
     start, end = floor_hour(start), ceil_hour(end)
     if end <= start:
         raise ValueError(
@@ -71,13 +73,17 @@ def reattribute(
     while chunk < end:
         midnight = dt.datetime.combine(chunk.date() + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
         chunk_end = min(end, midnight)
-        with engine.begin() as conn:
+        with engine.connect() as conn, conn.begin() as tx:
             asked, moved, written = _chunk(conn, rules, _hour_index(chunk), _hour_index(chunk_end))
-            if written:
+            if written and dry_run:
+                days += 1
+            elif written:
                 day = _hour_index(chunk) // HOURS_PER_DAY
                 store.rebuild_days(conn, day, day)
                 ledger_version.bump(conn)  # last: cached answers are stale from this commit
                 days += 1
+            if dry_run:
+                tx.rollback()
         owners, changed, rows = owners + asked, changed + moved, rows + written
         if on_day is not None:
             on_day(chunk, chunk_end)

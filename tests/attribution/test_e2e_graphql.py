@@ -70,8 +70,15 @@ def test_change_a_rule_and_reattribute_moves_cost_keeping_the_total(engine: Engi
             ("Research", "project-from-team-label", False, "2.000000000"),
             ("atlas", "source", False, "4.000000000"),  # the source named it; the rule does not override
         ]
-        # the cost-center rule now overrides what the source named
+        # the cost-center rule now overrides what the source named: first a dry run changes nothing
         config = _config(tmp_path, engine, override=True)
+        window = ["--start", DAY0.isoformat(), "--end", END.isoformat(), "--config", str(config)]
+        dry = CliRunner().invoke(cli, ["reattribute", *window, "--dry-run"])
+        assert dry.exit_code == 0, dry.output
+        assert (
+            "1 of 2 owners would be changed, 2 hourly rows would be rewritten, 1 days would be" in dry.stdout
+        )
+        assert _cost(client) == first
         result = CliRunner().invoke(
             cli,
             ["reattribute", "--start", DAY0.isoformat(), "--end", END.isoformat(), "--config", str(config)],

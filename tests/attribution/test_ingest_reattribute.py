@@ -78,6 +78,10 @@ def test_reattribute_moves_owners_rebuilds_and_is_idempotent(engine: Engine) -> 
     before, total = _version(engine), total_cost(engine)
     # cost-center now overrides what the source named; the node-pool rule is gone
     v2 = (RULES_V1[0], rule("cc-project", "docker.label:cost-center", "project", override=True))
+    ingested = owners(engine)
+    dry = reattribute(engine, v2, DAY0, END, dry_run=True)
+    assert (dry.owners_changed, dry.rows_changed, dry.days_rebuilt) == (2, 3, 1)
+    assert owners(engine) == ingested and _version(engine) == before  # nothing written, nothing bumped
     result = reattribute(engine, v2, DAY0, END)
     assert (result.owners, result.owners_changed, result.rows_changed, result.days_rebuilt) == (2, 2, 3, 1)
     assert owners(engine) == [
