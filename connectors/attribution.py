@@ -334,6 +334,19 @@ class ProcessAttributor:
             facts=pod_facts(namespace, pod, container, labels, ns_labels),
         )
 
+    def gpu_cap(self, pid: int, device_id: str) -> float | None:
+        """The share of GPU ``device_id`` HAMi gave the pod container ``pid`` runs in (its cores
+        / 100, from the pod's annotation through ``pods``), or None: no HAMi, no cap, unknown."""
+        try:
+            ref = parse_cgroup((self.proc_root / str(pid) / "cgroup").read_text())
+        except OSError:
+            return None
+        found = self._pod(ref)
+        if found is None or ref is None or not found.gpu_caps:
+            return None
+        container = found.containers.get(ref.container_id or "")
+        return found.gpu_caps.get(container or "", {}).get(device_id)
+
     def _pod(self, ref: ContainerRef | None) -> PodMeta | None:
         if self.pods is None or ref is None or ref.pod_uid is None:
             return None

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connectors.vgpu import HAMI_ALLOCATED_ANNOTATION, HamiAnnotationError, parse_hami_devices
+
 log = logging.getLogger(__name__)
 
 PAGE = 500  # objects per list request
@@ -41,6 +43,9 @@ class PodMeta:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     containers: Mapping[str, str] = field(default_factory=dict)
+    #: container name → GPU UUID → the share of that GPU HAMi gave it (its cores / 100), from the
+    #: ``hami.io/vgpu-devices-allocated`` annotation (docs/virtual-gpus.md); empty without HAMi.
+    gpu_caps: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def pod_meta(pod: Mapping[str, Any]) -> tuple[str, PodMeta] | None:
@@ -56,7 +61,36 @@ def pod_meta(pod: Mapping[str, Any]) -> tuple[str, PodMeta] | None:
             cid, cname = c.get("containerID"), c.get("name")
             if isinstance(cid, str) and isinstance(cname, str) and "://" in cid:
                 containers[cid.split("://", 1)[1]] = cname
-    return uid, PodMeta(ns, name, _labels(meta), containers)
+    return uid, PodMeta(ns, name, _labels(meta), containers, _hami_caps(pod, f"{ns}/{name}"))
+
+
+def _hami_caps(pod: Mapping[str, Any], where: str) -> dict[str, dict[str, float]]:
+    """HAMi's allocation per container name: the annotation lists containers in the order of
+    ``spec.containers``; 0 cores (no cap) and a malformed annotation give nothing."""
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    value = annotations.get(HAMI_ALLOCATED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str) or not value:
+        return {}
+    try:
+        devices = parse_hami_devices(value)
+    except HamiAnnotationError as exc:
+        log.warning("kubernetes: pod %s: %s; its GPU shares are measured instead", where, exc)
+        return {}
+    spec = pod.get("spec")
+    listed = spec.get("containers") if isinstance(spec, Mapping) else None
+    names = (
+        [c.get("name") if isinstance(c, Mapping) else None for c in listed]
+        if isinstance(listed, list)
+        else []
+    )
+    caps: dict[str, dict[str, float]] = {}
+    for device in devices:
+        name = names[device.container_index] if device.container_index < len(names) else None
+        fraction = device.fraction()
+        if isinstance(name, str) and fraction is not None:
+            caps.setdefault(name, {})[device.uuid] = fraction
+    return caps
 
 
 def _labels(meta: Mapping[str, Any]) -> dict[str, str]:

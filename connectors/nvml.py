@@ -360,7 +360,9 @@ class NvmlSampler:
     def _device(self, info: DeviceInfo, handle: Any, gpm: GpmReader | None, pci: str | None) -> _Device:
         assert self._attributor is not None
         cfg = self.config
-        tracker = ShareTracker(self._nvml, handle, self._attributor, cfg.process_util_every_s, cfg.node)
+        tracker = ShareTracker(
+            self._nvml, handle, self._attributor, cfg.process_util_every_s, cfg.node, info.device_id
+        )
         gpm_metrics = set(GPM_METRICS) if gpm else set()
         return _Device(info, handle, tracker, gpm=gpm, gpm_metrics=gpm_metrics, pci_bus_id=pci)
 

@@ -6,7 +6,8 @@ So it is read every ``every_s`` seconds, not every period; a reading's shares ho
 reading, and the ledger averages the shares of many samples over the hour.
 
 A process with an SM cap in its environment (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` of an MPS
-client, ``CUDA_DEVICE_SM_LIMIT`` of a HAMi container) holds its cap as its share while it runs,
+client, ``CUDA_DEVICE_SM_LIMIT`` of a HAMi container) — or, where the environment is unreadable,
+a HAMi allocation the attributor knows from the pod — holds its cap as its share while it runs,
 priced like a MIG slice; the rest goes to uncapped workloads by measured utilization, or stays
 unallocated (docs/virtual-gpus.md). The MPS server (``nvidia-cuda-mps-server``) runs its
 clients' kernels and is never a workload of its own while a client is listed.
@@ -64,7 +65,13 @@ class ShareTracker:
     """
 
     def __init__(
-        self, nvml: Any, handle: Any, attributor: Attributor, every_s: float, node: str = ""
+        self,
+        nvml: Any,
+        handle: Any,
+        attributor: Attributor,
+        every_s: float,
+        node: str = "",
+        device_id: str | None = None,
     ) -> None:
         self._nvml = nvml
         self._by_pid = PidAttributor(node)  # for a PID the attributor fails on
@@ -78,6 +85,7 @@ class ShareTracker:
         self._weights: dict[str, float] = {}  # workload_key → summed smUtil of the last reading
         self._proc_root: Path = getattr(attributor, "proc_root", None) or Path("/proc")
         self._caps: dict[int, tuple[float | None, bool]] = {}  # pid → (SM cap, is the MPS server)
+        self._device_id = device_id  # the GPU's UUID, for caps the attributor knows (HAMi pods)
 
     def current(self, now_s: float) -> list[tuple[WorkloadInfo, float]]:
         """``(workload, share)`` for every workload running now, and the unallocated workload
@@ -111,11 +119,16 @@ class ShareTracker:
         return out
 
     def _pid_caps(self, pids: list[int]) -> dict[int, tuple[float | None, bool]]:
-        """(SM cap, is the MPS server) per PID, read once per PID from /proc (environment and
-        comm); an unreadable process (gone, another user's without privileges) has no cap."""
-        caps = {pid: self._caps.get(pid) or self._read_cap(pid) for pid in pids}
-        self._caps = caps  # PIDs no longer listed are forgotten (a PID can be reused)
-        return caps
+        """(SM cap, is the MPS server) per PID: the environment and comm read once per PID from
+        /proc; where the environment names no cap (or is unreadable: another user's process, an
+        unprivileged agent), the attributor's (a HAMi pod's allocation), asked every time."""
+        env = {pid: self._caps.get(pid) or self._read_cap(pid) for pid in pids}
+        self._caps = env  # PIDs no longer listed are forgotten (a PID can be reused)
+        # The pod's allocation is asked every time: the API's cache may learn the pod later.
+        return {
+            pid: (cap if cap is not None else self._attributor_cap(pid), mps)
+            for pid, (cap, mps) in env.items()
+        }
 
     def _read_cap(self, pid: int) -> tuple[float | None, bool]:
         base = self._proc_root / str(pid)
@@ -129,6 +142,19 @@ class ShareTracker:
         except OSError:
             found = None
         return (found[1] if found else None), comm == MPS_SERVER_COMM
+
+    def _attributor_cap(self, pid: int) -> float | None:
+        """A cap the attributor knows where the environment is unreadable (the agent runs
+        unprivileged): HAMi's allocation from the pod's annotation (``ProcessAttributor.gpu_cap``)."""
+        ask = getattr(self._attributor, "gpu_cap", None)
+        if ask is None or self._device_id is None:
+            return None
+        try:
+            cap = ask(pid, self._device_id)
+        except Exception as exc:  # a cap is a refinement: never cost the device its readings
+            log.warning("nvml: the GPU cap of pid %d failed: %s", pid, exc)
+            return None
+        return float(cap) if isinstance(cap, int | float) and 0 < cap < 1 else None
 
     def _workload(self, pid: int) -> WorkloadInfo:
         try:

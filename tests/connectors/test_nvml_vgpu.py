@@ -14,7 +14,9 @@ import pytest
 from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
 from nvml.h200_replay import h200, state
 
+from connectors.attribution import ProcessAttributor
 from connectors.base import WorkloadInfo
+from connectors.kube_meta import PodMeta, pod_meta
 from connectors.nvml import NvmlConfig, NvmlSampler
 from service.ledger.normalize import Window, normalize
 from service.money import from_nanos
@@ -319,3 +321,79 @@ def test_hami_pod_at_30_percent_and_an_a30_slice_cost_by_hand(fake_nvml: FakeNvm
         (UUID, ""): Decimal("2.8"),
         (slice_id, "job-777"): Decimal("1"),
     }
+
+
+# -- HAMi through the Kubernetes API: the agent runs unprivileged and cannot read the environment ----
+
+POD_UID = "5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+CID = "4c3b2a19" * 8  # a containerd container id (64 hex)
+
+
+def hami_pod(annotation: str) -> dict[str, Any]:
+    """A pod as the API serves it: two containers; HAMi's annotation lists them in spec order."""
+    return {
+        "metadata": {"uid": POD_UID, "namespace": "ml-research", "name": "train-0",
+                     "annotations": {"hami.io/vgpu-devices-allocated": annotation,
+                                     "hami.io/vgpu-node": "n1"}},
+        "spec": {"containers": [{"name": "sidecar"}, {"name": "trainer"}]},
+        "status": {"containerStatuses": [{"name": "trainer", "containerID": f"containerd://{CID}"}]},
+    }  # fmt: skip
+
+
+class Pods:
+    """A PodDirectory (``connectors.kube_meta.KubeMetadata``'s lookups) over pods in API JSON."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.by_uid = dict(filter(None, (pod_meta(p) for p in pods)))
+
+    def pod(self, uid: str) -> PodMeta | None:
+        return self.by_uid.get(uid)
+
+    def find(self, namespace: str, name: str) -> PodMeta | None:
+        return next((m for m in self.by_uid.values() if (m.namespace, m.name) == (namespace, name)), None)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return {}
+
+
+def test_hami_annotation_becomes_the_containers_caps(caplog: pytest.LogCaptureFixture) -> None:
+    value = f";{UUID},NVIDIA,4000,30:GPU-other,NVIDIA,2000,0:;"
+    found = pod_meta(hami_pod(value))
+    assert found is not None
+    uid, meta = found
+    assert uid == POD_UID and meta.gpu_caps == {"trainer": {UUID: 0.3}}  # 0 cores: no cap
+    assert pod_meta(hami_pod(""))[1].gpu_caps == {}  # type: ignore[index]
+    assert pod_meta(hami_pod(f"{UUID},NVIDIA,4000,30:;;;{UUID},NVIDIA,1,50:;"))[1].gpu_caps == {
+        "sidecar": {UUID: 0.3}
+    }  # type: ignore[index]
+    for spec in ("nonsense", {"containers": "x"}, {"containers": [7, {"name": 5}]}):
+        odd = {**hami_pod(f";{UUID},NVIDIA,4000,30:;"), "spec": spec}
+        assert pod_meta(odd)[1].gpu_caps == {}  # type: ignore[index]
+    bad = pod_meta(hami_pod(f";{UUID},NVIDIA,lots,30:;"))
+    assert bad is not None and bad[1].gpu_caps == {} and bad[1].name == "train-0"  # the pod still counts
+    assert "pod ml-research/train-0: hami.io/vgpu-devices-allocated: container 1" in caplog.text
+
+
+def test_hami_pod_at_30_percent_through_the_api(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    d = tmp_path / "4242"
+    d.mkdir()
+    (d / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+    )
+    (d / "status").write_text("Name:\tpython\nUid:\t0\t0\t0\t0\n")
+    (d / "comm").write_text("python\n")  # no environ file: unreadable to an unprivileged agent
+    attributor = ProcessAttributor(
+        proc_root=tmp_path, passwd=tmp_path / "passwd", pods=Pods(hami_pod(f";{UUID},NVIDIA,4000,30:;"))
+    )
+    assert attributor.gpu_cap(4242, UUID) == 0.3
+    assert attributor.gpu_cap(4242, "GPU-other") is None and attributor.gpu_cap(9999, UUID) is None
+    fake_nvml.write(state(h200(util_gpu=40, procs="4242:4000000000")))
+    s = NvmlSampler(
+        NvmlConfig(node="n1", energy_every_s=0),
+        nvml=fake_nvml.nvml,
+        attributor=attributor,
+        clock=lambda: 100.0,
+    )
+    assert shares(s) == {"k8s:ml-research/train-0/trainer": 0.3, "": pytest.approx(0.7)}
+    s.close()
