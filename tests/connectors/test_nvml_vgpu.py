@@ -5,6 +5,7 @@ each process's environment (docs/virtual-gpus.md)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -396,4 +397,39 @@ def test_hami_pod_at_30_percent_through_the_api(fake_nvml: FakeNvml, tmp_path: P
         clock=lambda: 100.0,
     )
     assert shares(s) == {"k8s:ml-research/train-0/trainer": 0.3, "": pytest.approx(0.7)}
+    s.close()
+
+
+# -- time-slicing: the H200's own per-process samples replayed ---------------------------------------
+
+
+def test_time_sliced_pair_follows_nvmls_windows_not_the_work(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    """Every per-process sample NVML gave for a 70/30 % time-sliced pair on the H200 (polled every
+    20 ms: tests/nvml/h200/timeslice_windows.json), replayed one window at a time. NVML credits
+    each 200-ms window to one process, so the agent — reading every window here — gives that
+    process the window; its mean share is NVML's count of windows (56.5 %), not the work (71.4 %):
+    the bias docs/virtual-gpus.md documents."""
+    trace = json.loads((Path(__file__).resolve().parents[1] / "nvml/h200/timeslice_windows.json").read_text())
+    a, b = trace["pids"]
+    samples = trace["samples"]
+    assert len({ts for _, ts, _, _ in samples}) == len(samples)  # one process per window
+    s = NvmlSampler(
+        NvmlConfig(node="n1", energy_every_s=0, process_util_every_s=0),
+        nvml=fake_nvml.nvml,
+        attributor=ProcJobs(tmp_path),
+        clock=lambda: 100.0,
+    )
+    latest: dict[int, str] = {}  # the driver keeps each process's latest sample
+    got, expected = [], []
+    for pid, ts, sm, mem in samples:
+        latest[pid] = f"{pid}:{sm}:{mem}:{ts}"
+        fake_nvml.write(state(h200(util_gpu=80, procs=f"{a}:1,{b}:1", putil=",".join(latest.values()))))
+        got.append(shares(s)[f"job-{a}"])
+        # The window's process owns the reading; a window reading 0 % names nobody: evenly.
+        expected.append(0.5 if sm == 0 else float(pid == a))
+    assert got == expected
+    agent_share = sum(got) / len(got)
+    work = {name: w["mm"] for name, w in trace["work"].items()}
+    work_share = work["gl-ts-70"] / (work["gl-ts-70"] + work["gl-ts-30"])
+    assert round(agent_share, 3) == 0.565 and round(work_share, 3) == 0.714
     s.close()
