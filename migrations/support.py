@@ -58,7 +58,9 @@ def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
 
     The builder reads the columns the code of today puts in a segment; a migration older than one
     adding such a column to ``ledger_hour`` finds it missing and leaves the segments alone — the
-    migration that adds the column rebuilds them all (reads fall back to SQL meanwhile)."""
+    migration that adds the column rebuilds them all (reads fall back to SQL meanwhile). The
+    group rollups an earlier migration left out for the same reason are filled first
+    (:func:`fill_group_rollups`)."""
     from sqlalchemy import inspect, text
 
     from service.ledger import segments
@@ -66,6 +68,7 @@ def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
     have = {c["name"] for c in inspect(bind).get_columns("ledger_hour")}
     if not set(segments.DIMENSION_COLUMNS) <= have:
         return
+    fill_group_rollups(bind, only_if_empty=True)
     first, last = None, None
     if only_stored:
         first, last = bind.execute(
@@ -77,3 +80,25 @@ def rebuild_segments(bind: Any, *, only_stored: bool) -> None:
         return
     for lo in range(first, last + 1, SEGMENT_DAYS_PER_BUILD):
         segments.rebuild(bind, lo, min(lo + SEGMENT_DAYS_PER_BUILD - 1, last))
+
+
+def fill_group_rollups(bind: Any, *, only_if_empty: bool) -> None:
+    """Build ``ledger_group_hour``/``ledger_group_day`` for every day of ``ledger_hour`` with the
+    service's own rollup (``only_if_empty``: only when they hold nothing though the ledger does).
+
+    Like :func:`rebuild_segments`, skipped while ``ledger_hour`` or the rollups lack a key today's
+    code groups by: the migration adding that column calls :func:`rebuild_segments`, which fills
+    them then."""
+    from sqlalchemy import inspect, text
+
+    from service.ledger import rollups
+
+    inspector = inspect(bind)
+    for table in ("ledger_hour", "ledger_group_hour", "ledger_group_day"):
+        if not set(rollups.GROUP_KEYS) <= {c["name"] for c in inspector.get_columns(table)}:
+            return
+    if only_if_empty and bind.execute(text("SELECT 1 FROM ledger_group_day LIMIT 1")).first() is not None:
+        return
+    first, last = bind.execute(text("SELECT min(day_index), max(day_index) FROM ledger_hour")).one()
+    if first is not None:
+        rollups.rebuild(bind, first, last)
