@@ -53,5 +53,6 @@ def prune(
     typer.echo(
         f"{verb} {result.rows_deleted:,} hourly ledger rows and {result.segments_deleted:,} day segments "
         f"before {cutoff:%Y-%m}{parts}; "
-        "ledger_day and the group rollups keep those days"
+        "ledger_day and the group rollups keep those days; "
+        f"{verb} {result.workload_facts_deleted:,} workload attribution facts last reported before then"
     )

@@ -28,12 +28,13 @@ from sqlalchemy import Connection, delete, select, text
 
 from service.dbtypes import table_of
 from service.ledger import partitions, version
-from service.models import LedgerHour, LedgerHourSegment, LedgerRetention
+from service.models import LedgerHour, LedgerHourSegment, LedgerRetention, WorkloadFact
 from service.timeutil import EPOCH, month_index, month_start
 
 RETENTION = table_of(LedgerRetention)
 HOUR = table_of(LedgerHour)
 SEGMENT = table_of(LedgerHourSegment)
+WORKLOAD_FACT = table_of(WorkloadFact)
 
 
 class PrunedHistory(Exception):
@@ -46,6 +47,7 @@ class PruneResult:
     partitions_dropped: list[str]
     rows_deleted: int
     segments_deleted: int = 0
+    workload_facts_deleted: int = 0
 
 
 def pruned_before(conn: Connection) -> dt.datetime | None:
@@ -99,10 +101,13 @@ def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = No
     deleted += int(conn.execute(delete(HOUR).where(HOUR.c.hour_start < before)).rowcount or 0)
     first_kept_day = int((before - EPOCH).total_seconds()) // 86_400
     segments = int(conn.execute(delete(SEGMENT).where(SEGMENT.c.day_index < first_kept_day)).rowcount or 0)
+    # Attribution facts last reported before the cutoff describe only hours before it (a report
+    # comes with its hours, never before them): reattribute has nothing left to apply them to.
+    facts = int(conn.execute(delete(WORKLOAD_FACT).where(WORKLOAD_FACT.c.updated_at < before)).rowcount or 0)
     boundary = pruned_before(conn)
     if boundary is None:
         conn.execute(RETENTION.insert().values(id=1, hours_before=before))
     elif boundary < before:
         conn.execute(RETENTION.update().where(RETENTION.c.id == 1).values(hours_before=before))
     version.bump(conn)  # last: answers of windows cut mid-day before the cutoff change
-    return PruneResult(before, dropped, deleted, segments)
+    return PruneResult(before, dropped, deleted, segments, facts)

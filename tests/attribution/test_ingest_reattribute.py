@@ -13,7 +13,7 @@ from attribution_fleet import DAY0, DOCKER, HOURS, RULES_V1, TRAIN, ingest, owne
 from sqlalchemy import Engine, func, select
 
 from service.attribution.reattribute import reattribute
-from service.ledger import segments
+from service.ledger import retention, segments
 from service.ledger import version as ledger_version
 from service.models import Device, LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHourSegment, WorkloadFact
 
@@ -136,3 +136,18 @@ def test_reattribute_of_rows_from_before_facts_were_kept(engine: Engine) -> None
 def test_an_empty_window_is_refused(engine: Engine) -> None:
     with pytest.raises(ValueError, match="window is empty"):
         reattribute(engine, RULES_V1, END, DAY0)
+
+
+def test_prune_drops_the_facts_only_pruned_hours_had(engine: Engine) -> None:
+    ingest(engine)  # facts reported now (wall clock): after any month prune may cut
+    stale = dt.datetime(2020, 1, 15, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            WorkloadFact.__table__.insert().values(  # type: ignore[attr-defined]
+                source="old", workload_key="docker:gone", facts={"docker.image": "x"}, updated_at=stale
+            )
+        )
+        result = retention.prune(conn, dt.datetime(2020, 2, 1, tzinfo=dt.UTC))
+        kept = conn.execute(select(WorkloadFact.__table__.c.workload_key)).scalars().all()  # type: ignore[attr-defined]
+    assert result.workload_facts_deleted == 1
+    assert sorted(kept) == [DOCKER, TRAIN]
