@@ -1,6 +1,7 @@
 """Migration 0013 on a ledger with rows, SQLite and PostgreSQL: rows their connector named get
 owner_rule 'source' in the hours and every rollup, the segments are rebuilt with the column — also
-from before segments existed (0009 leaves them to 0013, whose columns it lacks)."""
+from before segments existed (0009 leaves them to the migration adding the columns it lacks) and
+from before the group rollups existed (0006 likewise)."""
 
 from __future__ import annotations
 
@@ -54,13 +55,13 @@ def _cost_by_rule(engine: Engine, table: type) -> dict[object, Decimal]:
         return {k: Decimal(v) for k, v in rows}
 
 
-@pytest.mark.parametrize("back_to", ["0012", "0008"])
+@pytest.mark.parametrize("back_to", ["0012", "0008", "0005"])
 def test_sqlite(tmp_path: Path, back_to: str) -> None:
     _check(f"sqlite:///{tmp_path / 'm.db'}", back_to)
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("back_to", ["0012", "0008"])
+@pytest.mark.parametrize("back_to", ["0012", "0008", "0005"])
 def test_postgres(fresh_pg_database: Callable[[], AbstractContextManager[str]], back_to: str) -> None:
     with fresh_pg_database() as url:
         _check(url, back_to)
