@@ -207,6 +207,7 @@ def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
         node=node_of(labels, stamp),
         gpu_model=model,
         gpu_index=int(gpu) if gpu.isdigit() else None,
+        vendor="nvidia",  # the exporter reads NVIDIA GPUs only
     )
     if gi is None:
         return physical

@@ -9,8 +9,8 @@ Fleet, 2025-12-01 10:00–12:00 UTC, a reading every 15 s (481 readings, 10:00:0
   GPU 0 pod ``llm/train-7`` at 80 % GFX activity, 600 W (+9,000 J per 15 s);
   GPU 1 idle (0 %), 100 W (+1,500 J), carrying the exporter's own pod as Prometheus attaches it;
   GPU 2 Slurm job 4242 of alice at 50 %, 400 W (+6,000 J).
-* NVIDIA ``dgx-01``: one H100 (3.00 USD per GPU-hour), 30 % GPU util; dcgm-exporter names no vendor,
-  so the ledger takes it from the model name.
+* NVIDIA ``dgx-01``: one H100 (3.00 USD per GPU-hour), 30 % GPU util; the ``dcgm`` profile names
+  its vendor (a source naming none gets it from the model name: tests/vendors/test_vendor_ingest.py).
 
 Hand totals: every device is present both hours → AMD 3 × 2 = 6 GPU-hours × 2.00 = 12.00 USD
 (8.00 held by the pod and the job, 4.00 unallocated); NVIDIA 2 GPU-hours × 3.00 = 6.00 USD
