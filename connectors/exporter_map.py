@@ -21,6 +21,10 @@ same way): a profile describes its exporter with an :class:`ExporterLabels` and 
   reporting then, the additive ones (``power_w``, ``energy_j``) times the partition's
   ``gpu_fraction``, the others as they are.
 * **Sharing.** Several workloads on one device at one reading split it evenly (``share`` = 1/n).
+* **Bounds.** Labels are the exporter's (or anyone's who can write to the Prometheus): a series
+  whose device or workload description breaks the declared column lengths
+  (``connectors.sdk.shapes``: a 10 KB serial number, a 1,000-character pod) is skipped, never
+  truncated into another device's name, and never reaches the database.
 
 Columnar: one Python step per *series* (labels → device, workload); samples stay in arrays and
 Polars frames.
@@ -36,9 +40,12 @@ import polars as pl
 
 from connectors.exporter_profile import Series, Stamp
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
+from connectors.sdk.shapes import DEVICE, WORKLOAD
 from connectors.sdk.units import MEASURED_METRICS
 
 _ADDITIVE = ("power_w", "energy_j")
+_DEVICE_TEXT = tuple((a.name, a.max_length) for a in DEVICE if a.max_length is not None)
+_WORKLOAD_TEXT = tuple((a.name, a.max_length) for a in WORKLOAD if a.max_length is not None)
 _MEASURED = [m.value for m in MEASURED_METRICS]
 
 
@@ -127,11 +134,13 @@ def map_series(series: Iterable[Series], stamp: Stamp, spec: ExporterLabels) -> 
     workloads: dict[str, WorkloadInfo] = {}
     for s in listed:  # one step per series; samples stay in arrays
         info = spec.device(s.labels, stamp)
-        if info is None:
+        if info is None or not _fits(info, _DEVICE_TEXT):
+            continue
+        work = spec.workload(s.labels, stamp, targets)
+        if work is not None and not _fits(work, _WORKLOAD_TEXT):
             continue
         field = spec.fields[s.field]
         devices[info.device_id] = info
-        work = spec.workload(s.labels, stamp, targets)
         if work is not None:
             workloads[work.workload_key] = work
         parent = info.parent_device_id or ""
@@ -185,6 +194,11 @@ def map_series(series: Iterable[Series], stamp: Stamp, spec: ExporterLabels) -> 
     kept = [info for device_id, info in devices.items() if device_id in used]
     held = set(samples["workload_key"].unique().to_list())
     return SampleBatch(samples, kept, [w for k, w in workloads.items() if k in held])
+
+
+def _fits(description: object, limits: tuple[tuple[str, int], ...]) -> bool:
+    """Whether every text attribute of a description is within its column's length."""
+    return all(len(getattr(description, name) or "") <= limit for name, limit in limits)
 
 
 def _partitions(rows: pl.DataFrame, whole: tuple[str, ...]) -> pl.DataFrame:

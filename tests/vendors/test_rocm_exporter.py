@@ -138,3 +138,20 @@ def test_the_amd_profile_is_registered_with_a_prefix_and_its_own_exporter_pod() 
     assert "amd" in exporter_profiles.names()
     with pytest.raises(ValueError, match="unknown exporter profile"):
         exporter_profiles.profile("rocm-smi")
+
+
+def test_hostile_labels_are_skipped_not_truncated_into_another_device() -> None:
+    batch = to_batch(
+        [
+            _series("gpu_power_usage", 100.0, serial_number="S" * 10_000, hostname="n"),
+            _series("gpu_power_usage", 200.0, serial_number="S3", hostname="n" * 300),
+            _series(
+                "gpu_power_usage", 300.0, serial_number="S4", hostname="n", pod="p" * 1000, namespace="ns"
+            ),
+            _series("gpu_power_usage", 400.0, serial_number="S5", hostname="n", card_model="M" * 101),
+            _series("gpu_power_usage", 500.0, serial_number="S6", hostname="n", pod="ok", namespace="ns"),
+        ],
+        STAMP,
+    )
+    assert _values(batch.samples) == {("S6", "power_w"): (500.0, "k8s:ns/ok/", 1.0)}
+    assert [d.device_id for d in batch.devices] == ["S6"]
