@@ -32,6 +32,7 @@ from sqlalchemy import Engine, select
 from sqlmodel import Session
 
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
+from service.attribution.rules import AttributionRule
 from service.ledger.ingest import ingest_window
 from service.models import Device, GpuRate, LedgerHour
 
@@ -85,7 +86,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def _ingest(engine: Engine, url: str) -> None:
+def _ingest(engine: Engine, url: str, rules: tuple[AttributionRule, ...] = ()) -> None:
     with Session(engine) as session:
         for model, price in ((AMD_MODEL, "2.00"), (NV_MODEL, "3.00")):
             rate = GpuRate(source_kind="rate_card", source_ref="list", environment="onprem", gpu_model=model,
@@ -99,7 +100,9 @@ def _ingest(engine: Engine, url: str) -> None:
             name=name, url=url, step_s=15, exporter=exporter, label_selector=f'{{job="{exporter}"}}'
         )
         with PrometheusConnector(config, clock=lambda: later) as connector:
-            result = ingest_window(engine, name, connector, H10, H10 + dt.timedelta(hours=2))
+            result = ingest_window(
+                engine, name, connector, H10, H10 + dt.timedelta(hours=2), attribution_rules=rules
+            )
         assert result.devices == {"amd": 3, "dcgm": 1}[name]
 
 
@@ -158,3 +161,30 @@ def test_amd_exporter_history_gives_exact_ledger_rows_and_cost_by_vendor(
     assert devices["data"]["devices"]["edges"] == [
         {"node": {"deviceId": H100, "vendor": "nvidia", "gpuModel": NV_MODEL}}
     ]
+
+
+def test_the_amd_pod_and_slurm_job_are_owned_by_rules_on_the_exporters_facts(
+    engine: Engine, prometheus_url: str, gql: Gql
+) -> None:
+    # the exporter's labels become facts (k8s.namespace, slurm.partition): [[attribution]] rules name
+    # the owners, and each row records which rule did
+    rules = (
+        AttributionRule(name="ns-project", source="k8s.namespace", dimension="project"),
+        AttributionRule(name="partition-project", source="slurm.partition", dimension="project",
+                        values={"gpu": "hpc-batch"}),
+    )  # fmt: skip
+    _ingest(engine, prometheus_url, rules)
+    window = {"start": H10.isoformat(), "end": (H10 + dt.timedelta(hours=2)).isoformat()}
+    q = """query($w: TimeWindow!){ cost(window: $w, groupBy: [VENDOR, PROJECT, OWNER_RULE]) {
+      vendor project ownerRule unallocated cost { amount } gpuHours } }"""
+    body = gql(q, {"w": window})
+    assert "errors" not in body, body
+    got = {(r["vendor"], r["project"], r["ownerRule"], r["unallocated"]): (r["cost"]["amount"], r["gpuHours"])
+           for r in body["data"]["cost"]}  # fmt: skip
+    # 2 GPU-hours each at 2.00 (AMD) and 3.00 (NVIDIA) USD
+    assert got == {
+        ("amd", "llm", "ns-project", False): ("4.000000000", 2.0),
+        ("amd", "hpc-batch", "partition-project", False): ("4.000000000", 2.0),
+        ("amd", None, None, True): ("4.000000000", 2.0),
+        ("nvidia", None, None, True): ("6.000000000", 2.0),
+    }
