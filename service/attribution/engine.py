@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import polars as pl
 
 from service.attribution.rules import (
+    DIMENSION_COLUMNS,
     MAX_VALUE_CHARS,
     SOURCE_RULE,
     AttributionRule,
@@ -41,8 +42,6 @@ FACTS_DTYPE = pl.List(pl.Struct({"key": pl.String, "value": pl.String}))
 #: The owner columns, in the order ``owner_rule`` looks at them.
 OWNER_COLUMNS: tuple[str, ...] = ("project", "team", "user_name")
 _ROW = "__row"
-# Candidates of one dimension are ranked: override rules first, then the source, then the rest.
-_SOURCE_RANK = 1_000_000
 
 
 def facts_series(mappings: Iterable[Mapping[str, str] | None], name: str = "facts") -> pl.Series:
@@ -67,48 +66,41 @@ def attribute(
     :data:`FACTS_DTYPE`; every other column is passed through. Pure: reads nothing else."""
     rows = rows.with_columns(pl.col(c).cast(pl.String) for c in OWNER_COLUMNS)
     indexed = rows.with_row_index(_ROW)
-    candidates = [_source_candidates(indexed)]
+    # one column per rule: the value it gives each row (null: none), aligned with the rows
+    wide = indexed.select(_ROW, *OWNER_COLUMNS)
     if rules:
-        long = _long_facts(indexed, facts, device_tags)
-        candidates += [_rule_candidates(long, rule, i) for i, rule in enumerate(rules)]
-    ranked = pl.concat(candidates, how="vertical")
-    winners = (
-        ranked.filter(pl.col("value").is_not_null() & (pl.col("value") != ""))
-        .filter(pl.col("value").str.len_chars() <= MAX_VALUE_CHARS)
-        .sort(_ROW, "column", "rank")
-        .unique([_ROW, "column"], keep="first", maintain_order=True)
-    )
-    decided = indexed.select(_ROW)
-    for column in OWNER_COLUMNS:
-        mine = winners.filter(pl.col("column") == column).select(
-            _ROW, pl.col("value").alias(column), pl.col("by").alias(f"__by_{column}")
-        )
-        decided = decided.join(mine, on=_ROW, how="left")
-    owner = pl.coalesce(*[pl.col(f"__by_{c}") for c in OWNER_COLUMNS]).alias("owner_rule")
-    decided = decided.select(_ROW, *OWNER_COLUMNS, owner)
-    out = indexed.drop(*OWNER_COLUMNS, "owner_rule", strict=False).join(decided, on=_ROW, how="left")
-    return out.sort(_ROW).select(*rows.columns, *(["owner_rule"] if "owner_rule" not in rows.columns else []))
+        long = _long_facts(indexed, facts, device_tags, {r.source for r in rules})
+        for i, rule in enumerate(rules):
+            wide = wide.join(_rule_values(long, rule, f"__rule{i}"), on=_ROW, how="left")
+    decided: list[pl.Expr] = []
+    named_by: list[pl.Expr] = []
+    for dimension, column in DIMENSION_COLUMNS.items():
+        mine = [(f"__rule{i}", r) for i, r in enumerate(rules) if r.dimension == dimension]
+        ranked = [
+            *[(name, r.name) for name, r in mine if r.override],
+            (column, SOURCE_RULE),
+            *[(name, r.name) for name, r in mine if not r.override],
+        ]
+        given = [_given(name) for name, _ in ranked]
+        decided.append(pl.coalesce(given).alias(column))
+        whose = [
+            pl.when(g.is_not_null()).then(pl.lit(who)) for g, (_, who) in zip(given, ranked, strict=True)
+        ]
+        named_by.append(pl.coalesce(whose))
+    answer = wide.sort(_ROW).select(*decided, pl.coalesce(named_by).alias("owner_rule"))
+    out = indexed.drop(_ROW, *OWNER_COLUMNS, "owner_rule", strict=False).with_columns(answer)
+    return out.select(*rows.columns, *(["owner_rule"] if "owner_rule" not in rows.columns else []))
 
 
-def _source_candidates(indexed: pl.DataFrame) -> pl.DataFrame:
-    """What the source named, per owner column, ranked between the override rules and the rest."""
-    return pl.concat(
-        [
-            indexed.select(
-                _ROW,
-                pl.lit(column).alias("column"),
-                pl.col(column).alias("value"),
-                pl.lit(_SOURCE_RANK, pl.Int64).alias("rank"),
-                pl.lit(SOURCE_RULE).alias("by"),
-            )
-            for column in OWNER_COLUMNS
-        ],
-        how="vertical",
-    )
+def _given(name: str) -> pl.Expr:
+    """Column ``name``'s value where it names someone: not empty, not longer than the ledger holds."""
+    value = pl.col(name)
+    return pl.when(value.str.len_chars().is_between(1, MAX_VALUE_CHARS)).then(value)
 
 
-def _long_facts(indexed: pl.DataFrame, facts: str, device_tags: str) -> pl.DataFrame:
-    """One row per (row, fact key): device tags and workload facts merged, the workload's winning."""
+def _long_facts(indexed: pl.DataFrame, facts: str, device_tags: str, keys: set[str]) -> pl.DataFrame:
+    """One row per (row, fact key) of the ``keys`` rules read (a pod may carry hundreds of labels):
+    device tags and workload facts merged, the workload's winning."""
     parts = []
     for column, weight in ((facts, 0), (device_tags, 1)):
         if column not in indexed.columns:
@@ -118,6 +110,7 @@ def _long_facts(indexed: pl.DataFrame, facts: str, device_tags: str) -> pl.DataF
             .explode(column)
             .drop_nulls(column)
             .unnest(column)
+            .filter(pl.col("key").is_in(list(keys)))
             .with_columns(pl.lit(weight, pl.Int8).alias("__weight"))
         )
         parts.append(part)
@@ -127,8 +120,8 @@ def _long_facts(indexed: pl.DataFrame, facts: str, device_tags: str) -> pl.DataF
     return merged.unique([_ROW, "key"], keep="first", maintain_order=True).drop("__weight")
 
 
-def _rule_candidates(long: pl.DataFrame, rule: AttributionRule, position: int) -> pl.DataFrame:
-    """The value ``rule`` gives each row that has its fact (null where its regex does not match)."""
+def _rule_values(long: pl.DataFrame, rule: AttributionRule, name: str) -> pl.DataFrame:
+    """(row, value ``rule`` gives it) for the rows that have its fact (null where ``match`` fails)."""
     value = pl.col("value")
     if rule.match is not None:
         matched = value.str.contains(anchored(rule.match))
@@ -137,11 +130,4 @@ def _rule_candidates(long: pl.DataFrame, rule: AttributionRule, position: int) -
         value = value.str.replace(anchored(rule.match or "(?s).*"), rule.value)
     if rule.values:
         value = value.replace(rule.values)
-    rank = position if rule.override else _SOURCE_RANK + 1 + position
-    return long.filter(pl.col("key") == rule.source).select(
-        _ROW,
-        pl.lit(rule.column).alias("column"),
-        value.cast(pl.String).alias("value"),
-        pl.lit(rank, pl.Int64).alias("rank"),
-        pl.lit(rule.name).alias("by"),
-    )
+    return long.filter(pl.col("key") == rule.source).select(_ROW, value.cast(pl.String).alias(name))
