@@ -254,12 +254,18 @@ class Duplicates:
         self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted hashes, first lines)
 
     def _earlier(self, hashes: np.ndarray) -> np.ndarray:
-        """The first line of each hash seen before this chunk, -1 where none."""
-        found = np.full(len(hashes), -1, dtype=np.int64)
+        """The first line of each hash seen before this chunk, -1 where none. Looked up in sorted
+        order (consecutive binary searches share their cache lines: a third of the time in runs of
+        millions of hashes, where random lookups each missed ~20 times)."""
+        order = np.argsort(hashes)
+        needles = hashes[order]
+        first = np.full(len(hashes), -1, dtype=np.int64)
         for keys, firsts in self._runs:
-            at = np.minimum(np.searchsorted(keys, hashes), len(keys) - 1)
-            hit = (keys[at] == hashes) & (found < 0)
-            found[hit] = firsts[at[hit]]
+            at = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
+            hit = (keys[at] == needles) & (first < 0)
+            first[hit] = firsts[at[hit]]
+        found = np.empty(len(hashes), dtype=np.int64)
+        found[order] = first
         return found
 
     def _remember(self, hashes: np.ndarray, firsts: np.ndarray) -> None:
