@@ -20,7 +20,8 @@ same way): a profile describes its exporter with an :class:`ExporterLabels` and 
   partition's value — ``primary(labels)`` says which series are — is carried to every partition
   reporting then, the additive ones (``power_w``, ``energy_j``) times the partition's
   ``gpu_fraction``, the others as they are.
-* **Sharing.** Several workloads on one device at one reading split it evenly (``share`` = 1/n).
+* **Sharing.** Several workloads reported for one device, metric and reading split it evenly
+  (``share`` = 1/n, so each metric's shares add up to 1).
 * **Bounds.** Labels are the exporter's (or anyone's who can write to the Prometheus): a series
   whose device or workload description breaks the declared column lengths
   (``connectors.sdk.shapes``: a 10 KB serial number, a 1,000-character pod) is skipped, never
@@ -181,7 +182,7 @@ def map_series(series: Iterable[Series], stamp: Stamp, spec: ExporterLabels) -> 
     if spec.derive is not None:
         rows = spec.derive(rows)
     rows = rows.filter(pl.col("key").is_in(_MEASURED))
-    count = pl.col("workload_key").n_unique().over("device_id", "ts_ms")
+    count = pl.col("workload_key").n_unique().over("device_id", "ts_ms", "key")  # each metric adds to 1
     samples = rows.select(
         "device_id",
         "ts_ms",
