@@ -87,3 +87,46 @@ def test_postgresql_probe_is_one_join_on_the_unique_index(pg_url: str) -> None:
         assert "Index" in plan and "Seq Scan on billing_line" not in plan, plan
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_probe_looks_each_key_up_even_where_the_planner_would_hash(pg_url: str) -> None:
+    """A batch of keys as large as what is stored: left to itself the planner hashes the whole of
+    billing_line (a stored month, for every batch). The probe's join turns hash and merge joins off
+    for itself alone: it looks each key up in the index, finds every stored key, and the
+    transaction's settings are as they were afterwards."""
+    from service.db import make_engine
+
+    engine = make_engine(pg_url)
+    try:
+        with engine.begin() as conn:  # the session database is shared: start from no lines
+            conn.exec_driver_sql("TRUNCATE billing_line, billing_file RESTART IDENTITY CASCADE")
+        keys = [f"k{i}" for i in range(20_000)]
+        _store(engine, "bills", "f.csv", keys)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE billing_line")
+        statements: list[str] = []
+        with engine.connect() as conn:
+            event.listen(conn, "before_cursor_execute", lambda *a: statements.append(a[2]))
+            found = store.existing_keys(conn, "bills", keys)
+            probe = list(statements)
+            after = conn.exec_driver_sql(
+                "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
+            ).one()
+            conn.exec_driver_sql(store._JOINS, {"hash": "off", "merge": "off"})
+            plan = "\n".join(
+                r[0]
+                for r in conn.exec_driver_sql(
+                    "EXPLAIN SELECT l.line_key FROM billing_key_probe AS k JOIN billing_line AS l"
+                    " ON l.line_key = k.line_key WHERE l.source = 'bills'"
+                )
+            )
+            conn.rollback()
+        assert found.height == 20_000
+        joins = [i for i, s in enumerate(probe) if "JOIN billing_line" in s]
+        settings = [i for i, s in enumerate(probe) if "set_config('enable_hashjoin'" in s]
+        assert len(joins) == 1 and len(settings) == 2 and settings[0] < joins[0] < settings[1]
+        assert tuple(after) == ("on", "on")
+        assert "Nested Loop" in plan and "Index" in plan and "Hash" not in plan, plan
+    finally:
+        engine.dispose()
