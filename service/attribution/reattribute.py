@@ -207,8 +207,9 @@ def _update(conn: Connection, moved: pl.DataFrame, lo: int, hi: int) -> int:
                 h.c.source == bindparam("k_source"),
                 h.c.device_id == bindparam("k_device_id"),
                 h.c.workload_key == bindparam("k_workload_key"),
-                h.c.hour_index >= lo,
-                h.c.hour_index < hi,
+                # the hours as an hour_start range only: with device_id and workload_key that is the
+                # natural key's index (and PostgreSQL's partitions); an hour_index range made SQLite
+                # scan the whole day per key
                 h.c.hour_start >= hour_start(lo),
                 h.c.hour_start < hour_start(hi),
             )
