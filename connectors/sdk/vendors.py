@@ -26,17 +26,19 @@ if TYPE_CHECKING:
 
 __all__ = ["PATTERNS", "VENDORS", "vendor_expr", "vendor_of", "with_vendor"]
 
-#: vendor → regular expression (Python and Polars/Rust ``regex`` syntax both), searched in order
+#: vendor → regular expression, searched in order, case-insensitively and with ASCII meanings of
+#: ``\b`` and classes (Python's ``re.ASCII``, the Rust ``regex`` crate's ``(?-u)`` in Polars), so
+#: both engines read any text alike (a superscript digit is no word character in either)
 PATTERNS: tuple[tuple[str, str], ...] = (
-    ("huawei", r"(?i)ascend|huawei"),
-    ("intel", r"(?i)\bintel\b|gaudi|data center gpu (?:max|flex)|\bhl-\d{3}\b|\barc\s*a\d{3}"),
-    ("amd", r"(?i)\bamd\b|instinct|radeon|\bmi\d{2,3}[a-z]?\b"),
+    ("huawei", r"ascend|huawei"),
+    ("intel", r"\bintel\b|gaudi|data center gpu (?:max|flex)|\bhl-[0-9]{3}\b|\barc[ \t]*a[0-9]{3}"),
+    ("amd", r"\bamd\b|instinct|radeon|\bmi[0-9]{2,3}[a-z]?\b"),
     (
         "nvidia",
-        r"(?i)nvidia|tesla|geforce|quadro|\brtx\b|\bgh200\b|\bgb\d{3}\b|\b[abhlvtpkm]\d{1,3}[a-z]{0,3}\b",
+        r"nvidia|tesla|geforce|quadro|\brtx\b|\bgh200\b|\bgb[0-9]{3}\b|\b[abhlvtpkm][0-9]{1,3}[a-z]{0,3}\b",
     ),
 )
-_COMPILED = tuple((vendor, re.compile(pattern)) for vendor, pattern in PATTERNS)
+_COMPILED = tuple((vendor, re.compile(pattern, re.IGNORECASE | re.ASCII)) for vendor, pattern in PATTERNS)
 
 
 def vendor_of(gpu_model: str | None) -> str | None:
@@ -60,5 +62,6 @@ def vendor_expr(gpu_model: str = "gpu_model") -> pl.Expr:
 
     found = pl.lit(None, pl.String)
     for vendor, pattern in reversed(PATTERNS):  # the first pattern that matches wins
-        found = pl.when(pl.col(gpu_model).str.contains(pattern)).then(pl.lit(vendor)).otherwise(found)
+        ascii_ci = f"(?i-u){pattern}"  # as re.IGNORECASE | re.ASCII above
+        found = pl.when(pl.col(gpu_model).str.contains(ascii_ci)).then(pl.lit(vendor)).otherwise(found)
     return found.alias("vendor")
