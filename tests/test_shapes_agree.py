@@ -221,9 +221,14 @@ def test_graphql_device() -> None:
 
 
 def test_unmonitored_pseudo_device_takes_the_billed_attributes() -> None:
+    # as reprice joins them: the bill's attributes, then the owners its tags name (none) and whether
+    # the instance itself held its GPU-hours (no)
     resources = pl.DataFrame(
         {"resource": ["i-1"], "provider": ["aws"], "account": ["1"], "region": ["r"],
-         "instance_type": ["p5"], "gpu_model": ["H100"]}
+         "instance_type": ["p5"], "gpu_model": ["H100"], "project": [None], "team": [None],
+         "user_name": [None], "owner_rule": [None], "held": [None]},
+        schema_overrides={c: pl.String for c in ("project", "team", "user_name", "owner_rule")}
+        | {"held": pl.Boolean},
     )  # fmt: skip
     unmonitored = pl.DataFrame(
         {"resource": ["i-1"], "h": [0], "cost": [0], "gap": [0], "currency": ["USD"],
