@@ -68,6 +68,7 @@ from sqlalchemy import (
 )
 
 from connectors.sdk.shapes import DEVICE
+from connectors.sdk.vendors import vendor_of
 from service.billing.catalog import InstanceCatalog, bundled_catalog
 from service.billing.rates import MAX_RATE_NANOS, rate_overflow_message
 from service.dbtypes import table_of
@@ -501,6 +502,8 @@ def _unmonitored_row(
         "instance_id": resource,
         "instance_type": res.instance_type,
         "gpu_model": res.gpu_model,
+        # issue 16, after this loop was retired: the pseudo-device's vendor is its billed model's
+        "vendor": vendor_of(res.gpu_model),
         "gpu_fraction": 1.0,
         "default_metric": "sm_active",
         "present_s": round(float(gap_us) / 1e6, 6),
