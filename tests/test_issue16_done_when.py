@@ -466,7 +466,11 @@ def test_every_kind_of_accelerator_hour_lands_with_its_owner_and_rule_and_reattr
         args = ["--start", WINDOW[0].isoformat(), "--end", WINDOW[1].isoformat(), "--config", str(changed)]
         result = CliRunner().invoke(cli, ["reattribute", *args])
         assert result.exit_code == 0, result.output
-        assert "1 of " in result.stdout and " owners changed" in result.stdout, result.stdout
+        # owners asked: distinct (source, device, workload) a day — the on-prem hour's 7 rows and the
+        # billed instances' 46 instance-days; only the HAMi pod's changes
+        assert "with 4 rule(s): 1 of 53 owners changed, 1 hourly rows rewritten, 1 days rebuilt" in (
+            result.stdout
+        ), result.stdout
         second = _cost(client)
         expected = {k: v for k, v in BEFORE.items() if k[0] != "vision"}
         expected[("research", NS, False)] = Decimal("1.20")
@@ -478,5 +482,5 @@ def test_every_kind_of_accelerator_hour_lands_with_its_owner_and_rule_and_reattr
         assert by_project["research"] == Decimal("5.20") and "vision" not in by_project
 
         again = CliRunner().invoke(cli, ["reattribute", *args])  # idempotent: nothing moves
-        assert again.exit_code == 0 and "0 of " in again.stdout, again.output
+        assert again.exit_code == 0 and "0 of 53 owners changed, 0 hourly rows" in again.stdout, again.output
         assert _cost(client) == second
