@@ -40,13 +40,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-import numpy as np
 import polars as pl
 
 from connectors.dcgm import node_of
 from connectors.exporter_profile import ExporterProfile, Series, Stamp
-from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
-from connectors.vendor_frames import SeriesMeta, fallback, long_frame, per_device, to_samples
+from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo
+from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback, pod_workload
 from connectors.vendor_names import ascend_model
 
 VENDOR: Literal["huawei"] = "huawei"
@@ -95,10 +94,7 @@ def workload_of(labels: Mapping[str, str], device_id: str) -> WorkloadInfo | Non
     if pod == MULTI_POD:
         return WorkloadInfo(f"k8s:multiple-pods/{device_id}", workload=MULTI_POD)
     ns = labels.get("exported_namespace") or labels.get("namespace") or ""
-    container = labels.get("container_name") or ""
-    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
-    facts = {k: v for k, v in names.items() if v}
-    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
+    return pod_workload(ns, pod, labels.get("container_name") or "")
 
 
 def _device(labels: Mapping[str, str], device_id: str, stamp: Stamp) -> DeviceInfo:
@@ -117,11 +113,7 @@ def _device(labels: Mapping[str, str], device_id: str, stamp: Stamp) -> DeviceIn
 
 def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     """Map npu-exporter series to one columnar batch (module docstring: every rule)."""
-    meta: list[SeriesMeta] = []
-    ts_parts: list[np.ndarray] = []
-    value_parts: list[np.ndarray] = []
-    devices: dict[str, DeviceInfo] = {}
-    workloads: dict[str, WorkloadInfo] = {}
+    kept = SeriesCollector()
     for s in series:  # one step per series; samples stay in arrays
         spec = FIELDS.get(s.field)
         if spec is None or len(s.ts_ms) == 0 or s.labels.get("v_dev_id"):
@@ -129,23 +121,17 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
         device_id = device_id_of(s.labels, stamp)
         if device_id is None or len(device_id) > MAX_ID:  # the ledger's device_id column
             continue
-        devices.setdefault(device_id, _device(s.labels, device_id, stamp))
         work = workload_of(s.labels, device_id)
-        if work is not None:
-            workloads[work.workload_key] = work
-        meta.append(SeriesMeta(device_id, spec[0], spec[1], "", "mean", work.workload_key if work else ""))
-        ts_parts.append(np.asarray(s.ts_ms, dtype=np.int64))
-        value_parts.append(np.asarray(s.values, dtype=np.float64))
-    if not meta:
-        return SampleBatch(empty_samples(), [])
-    frame = per_device(long_frame(meta, ts_parts, value_parts))
+        meta = SeriesMeta(device_id, spec[0], spec[1], "", "mean", work.workload_key if work else "")
+        kept.add(s, meta, _device(s.labels, device_id, stamp), work)
+    return kept.batch(METRICS, _fallbacks)
+
+
+def _fallbacks(frame: pl.DataFrame) -> pl.DataFrame:
     # AI Core utilization stands in for overall utilization on chips without it (910A, 310P)
     ai_core = frame.filter(pl.col("key") == "sm_active").with_columns(pl.lit("ai_core_util").alias("key"))
     frame = fallback(pl.concat([frame, ai_core]), "gpu_util", "ai_core_util")
-    frame = fallback(fallback(frame, "mem_used_b", "ddr_used_b"), "mem_total_b", "ddr_total_b")
-    samples = to_samples(frame, METRICS)
-    used = set(samples["device_id"].unique().to_list())
-    return SampleBatch(samples, [d for k, d in devices.items() if k in used], list(workloads.values()))
+    return fallback(fallback(frame, "mem_used_b", "ddr_used_b"), "mem_total_b", "ddr_total_b")
 
 
 PROFILE = ExporterProfile(

@@ -11,13 +11,14 @@ missing, and :func:`to_samples` gives the sample columns. No Python step per sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from connectors.sdk import categorical_sample_schema
+from connectors.exporter_profile import Series
+from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
 
 #: how a metric's sub-device (tile) readings make the device's reading
 HOW = ("mean", "sum", "max")
@@ -103,3 +104,43 @@ def to_samples(frame: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
         .with_columns(pl.col("key").alias("metric"), pl.lit(1.0).alias("share"))
         .select(columns)
     )
+
+
+def pod_workload(ns: str, pod: str, container: str) -> WorkloadInfo:
+    """The workload ``k8s:<ns>/<pod>/<container>`` an exporter's pod labels name, with the
+    attribution facts ``k8s.namespace``/``k8s.pod``/``k8s.container`` it has (docs/attribution.md)."""
+    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}
+    facts = {k: v for k, v in names.items() if v}
+    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
+
+
+@dataclass(slots=True)
+class SeriesCollector:
+    """The per-series step of a mapping: each series' description, its arrays (samples stay in
+    arrays), the devices and workloads it names; :meth:`batch` makes the one columnar batch."""
+
+    meta: list[SeriesMeta] = field(default_factory=list)
+    ts_parts: list[np.ndarray] = field(default_factory=list)
+    value_parts: list[np.ndarray] = field(default_factory=list)
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    workloads: dict[str, WorkloadInfo] = field(default_factory=dict)
+
+    def add(self, s: Series, meta: SeriesMeta, device: DeviceInfo, work: WorkloadInfo | None) -> None:
+        """Keep series ``s`` as ``meta`` describes it (a device's first description stands)."""
+        self.devices.setdefault(meta.device_id, device)
+        if work is not None:
+            self.workloads[work.workload_key] = work
+        self.meta.append(meta)
+        self.ts_parts.append(np.asarray(s.ts_ms, dtype=np.int64))
+        self.value_parts.append(np.asarray(s.values, dtype=np.float64))
+
+    def batch(self, metrics: Sequence[str], resolve: Callable[[pl.DataFrame], pl.DataFrame]) -> SampleBatch:
+        """The samples of ``metrics``: the long frame made one reading per device, then ``resolve``
+        (the mapping's fallbacks); only devices with a sample are listed."""
+        if not self.meta:
+            return SampleBatch(empty_samples(), [])
+        frame = per_device(long_frame(self.meta, self.ts_parts, self.value_parts))
+        samples = to_samples(resolve(frame), metrics)
+        used = set(samples["device_id"].unique().to_list())
+        devices = [d for k, d in self.devices.items() if k in used]
+        return SampleBatch(samples, devices, list(self.workloads.values()))

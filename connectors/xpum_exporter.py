@@ -41,12 +41,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-import numpy as np
-
 from connectors.dcgm import node_of
 from connectors.exporter_profile import ExporterProfile, Series, Stamp
-from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, empty_samples
-from connectors.vendor_frames import SeriesMeta, fallback, long_frame, per_device, to_samples
+from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo
+from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback, pod_workload
 from connectors.vendor_names import intel_model
 
 VENDOR: Literal["intel"] = "intel"
@@ -74,9 +72,7 @@ def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
     ns, pod, container = (labels.get(name) or "" for name in POD_LABELS)
     if not pod:
         return None
-    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
-    facts = {k: v for k, v in names.items() if v}
-    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
+    return pod_workload(ns, pod, container)
 
 
 def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
@@ -93,11 +89,7 @@ def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
 
 def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
     """Map XPU Manager exporter series to one columnar batch (module docstring: every rule)."""
-    meta: list[SeriesMeta] = []
-    ts_parts: list[np.ndarray] = []
-    value_parts: list[np.ndarray] = []
-    devices: dict[str, DeviceInfo] = {}
-    workloads: dict[str, WorkloadInfo] = {}
+    kept = SeriesCollector()
     for s in series:  # one step per series; samples stay in arrays
         spec = FIELDS.get(s.field)
         uuid = s.labels.get("uuid")
@@ -110,21 +102,12 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
             or (only and s.labels.get(only[0]) != only[1])
         ):
             continue
-        devices.setdefault(uuid, _device(s.labels, uuid, stamp))
         work = workload_of(s.labels)
-        if work is not None:
-            workloads[work.workload_key] = work
         key, scale, how = spec
         part = s.labels.get("sub_dev") or ""
-        meta.append(SeriesMeta(uuid, key, scale, part, how, work.workload_key if work else ""))
-        ts_parts.append(np.asarray(s.ts_ms, dtype=np.int64))
-        value_parts.append(np.asarray(s.values, dtype=np.float64))
-    if not meta:
-        return SampleBatch(empty_samples(), [])
-    frame = fallback(per_device(long_frame(meta, ts_parts, value_parts)), "gpu_util", "gpu_util_any_engine")
-    samples = to_samples(frame, METRICS)
-    used = set(samples["device_id"].unique().to_list())
-    return SampleBatch(samples, [d for k, d in devices.items() if k in used], list(workloads.values()))
+        meta = SeriesMeta(uuid, key, scale, part, how, work.workload_key if work else "")
+        kept.add(s, meta, _device(s.labels, uuid, stamp), work)
+    return kept.batch(METRICS, lambda frame: fallback(frame, "gpu_util", "gpu_util_any_engine"))
 
 
 PROFILE = ExporterProfile(

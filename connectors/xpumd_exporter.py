@@ -30,12 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-import numpy as np
-
 from connectors.dcgm import node_of
 from connectors.exporter_profile import ExporterProfile, Series, Stamp
-from connectors.sdk import DeviceInfo, SampleBatch, empty_samples
-from connectors.vendor_frames import SeriesMeta, fallback, long_frame, per_device, to_samples
+from connectors.sdk import DeviceInfo, SampleBatch
+from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback
 from connectors.vendor_names import intel_model
 
 VENDOR: Literal["intel"] = "intel"
@@ -65,10 +63,7 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
         for s in listed
         if s.field == INFO
     }
-    meta: list[SeriesMeta] = []
-    ts_parts: list[np.ndarray] = []
-    value_parts: list[np.ndarray] = []
-    devices: dict[str, DeviceInfo] = {}
+    kept = SeriesCollector()
     for s in listed:  # one step per series; samples stay in arrays
         spec = FIELDS.get(s.field)
         uuid = s.labels.get("hw_id") or ""
@@ -83,27 +78,17 @@ def to_batch(series: Iterable[Series], stamp: Stamp) -> SampleBatch:
             key = _TASKS[s.labels["hw_gpu_task"]]
         tile = s.labels.get("com_intel_subdevice_id") or ""
         part = f"{tile}/{s.labels.get('hw_name', '')}" if key in _MEMORY else tile
-        devices.setdefault(
-            uuid,
-            DeviceInfo(
-                vendor=VENDOR,
-                device_id=uuid,
-                environment=stamp.environment,
-                region=stamp.region,
-                cluster=stamp.cluster or s.labels.get("cluster") or None,
-                node=node_of(s.labels, stamp),
-                gpu_model=models.get(uuid),
-            ),
+        device = DeviceInfo(
+            vendor=VENDOR,
+            device_id=uuid,
+            environment=stamp.environment,
+            region=stamp.region,
+            cluster=stamp.cluster or s.labels.get("cluster") or None,
+            node=node_of(s.labels, stamp),
+            gpu_model=models.get(uuid),
         )
-        meta.append(SeriesMeta(uuid, key, scale, part, how, ""))
-        ts_parts.append(np.asarray(s.ts_ms, dtype=np.int64))
-        value_parts.append(np.asarray(s.values, dtype=np.float64))
-    if not meta:
-        return SampleBatch(empty_samples(), [])
-    frame = fallback(per_device(long_frame(meta, ts_parts, value_parts)), "gpu_util", "gpu_util_any_engine")
-    samples = to_samples(frame, METRICS)
-    used = set(samples["device_id"].unique().to_list())
-    return SampleBatch(samples, [d for k, d in devices.items() if k in used])
+        kept.add(s, SeriesMeta(uuid, key, scale, part, how, ""), device, None)
+    return kept.batch(METRICS, lambda frame: fallback(frame, "gpu_util", "gpu_util_any_engine"))
 
 
 PROFILE = ExporterProfile(
