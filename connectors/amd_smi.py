@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connectors.sdk import SAMPLE_COLUMNS, ConnectorError, DeviceInfo, SampleBatch
-from connectors.smi_exec import SmiOptions, run_tool
+from connectors.smi_exec import SmiOptions, add_readings, run_tool
 
 MIB = 1024 * 1024
 METRIC_ARGS = ["metric", "--usage", "--power", "--temperature", "--mem-usage", "--energy", "--json"]
@@ -167,11 +167,5 @@ class AmdSmiSampler:
             if device is None:
                 raise ConnectorError(f"amd-smi metric --json: gpu {entry['gpu']} is not in `amd-smi list`")
             seen[device.device_id] = device
-            for metric, value in readings(entry, "amd-smi metric --json").items():
-                columns["device_id"].append(device.device_id)
-                columns["ts_ms"].append(ts_ms)
-                columns["metric"].append(metric)
-                columns["value"].append(value)
-                columns["workload_key"].append("")
-                columns["share"].append(1.0)
+            add_readings(columns, device.device_id, ts_ms, readings(entry, "amd-smi metric --json"), [])
         return SampleBatch.from_columns(columns, list(seen.values()))

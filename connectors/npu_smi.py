@@ -28,20 +28,16 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from connectors.sdk import SAMPLE_COLUMNS, ConnectorError, DeviceInfo, SampleBatch, WorkloadInfo
-from connectors.smi_exec import SmiOptions, run_tool
+from connectors.smi_exec import Attributor, ProcessWorkloads, SmiOptions, add_readings, run_tool
 from connectors.vendor_names import ascend_model
 
 MIB = 1024 * 1024
 _BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _TOKEN = re.compile(r"(\S+)\s*/\s*(\S+)|(\S+)")
 _TITLES = re.compile(r"\S+")
-
-
-class Attributor(Protocol):
-    def workload(self, pid: int) -> WorkloadInfo: ...
 
 
 @dataclass
@@ -156,7 +152,7 @@ class NpuSmiSampler:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.options = SmiOptions.parse(config, binary="npu-smi")
-        self._attributor = attributor
+        self._workloads = ProcessWorkloads(attributor)
         self._run, self._clock = run, clock
         self._devices: list[DeviceInfo] = []
         self._bus: dict[str, str] = {}  # device_id → PCI Bus-Id, for the agent's exporter
@@ -183,17 +179,6 @@ class NpuSmiSampler:
         self.sample()
         return list(self._devices)
 
-    def _workloads(self, pids: list[int]) -> list[WorkloadInfo]:
-        if self._attributor is None:
-            from connectors.attribution import ProcessAttributor
-
-            self._attributor = ProcessAttributor()
-        found: dict[str, WorkloadInfo] = {}
-        for pid in pids:
-            info = self._attributor.workload(pid)
-            found.setdefault(info.workload_key, info)
-        return list(found.values())
-
     def sample(self) -> SampleBatch:
         """One reading of every chip now, split between the workloads running on it."""
         ts_ms = int(self._clock() * 1000)
@@ -207,14 +192,6 @@ class NpuSmiSampler:
             self._bus[device.device_id] = chip.bus_id
             holders = self._workloads(chip.pids)
             workloads.update((w.workload_key, w) for w in holders)
-            occupants = [(w.workload_key, 1.0 / len(holders)) for w in holders] or [("", 1.0)]
-            for key, share in occupants:
-                for metric, value in chip.values.items():
-                    cols["device_id"].append(device.device_id)
-                    cols["ts_ms"].append(ts_ms)
-                    cols["metric"].append(metric)
-                    cols["value"].append(value)
-                    cols["workload_key"].append(key)
-                    cols["share"].append(share)
+            add_readings(cols, device.device_id, ts_ms, chip.values, holders)
         self._devices = devices
         return SampleBatch.from_columns(cols, devices, list(workloads.values()))

@@ -1,6 +1,6 @@
-"""Running a vendor's command-line tool (``xpu-smi``, ``npu-smi``) for the node agent, and the
-options its samplers share — standard library only: the agent must stay small (no pydantic, no
-Polars; tests/agent/test_agent_imports.py).
+"""Running a vendor's command-line tool (``xpu-smi``, ``npu-smi``, ``amd-smi``) for the node agent,
+and what its samplers share (options, process attribution, sample rows) — standard library only:
+the agent must stay small (no pydantic, no Polars; tests/agent/test_agent_imports.py).
 
 A tool that is missing is a ``ConfigurationError`` naming it and the ``binary`` option; one that
 exits non-zero, hangs past ``timeout_s`` or prints more than ``max_output_b`` is a
@@ -15,9 +15,9 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
-from connectors.sdk import ConfigurationError, RetriableError
+from connectors.sdk import ConfigurationError, RetriableError, WorkloadInfo
 
 ENVIRONMENTS = ("onprem", "aws", "gcp", "azure")
 MAX_OUTPUT_B = 4 * 1024 * 1024  # a 64-device node prints ~20 KB
@@ -82,6 +82,49 @@ class SmiOptions:
         values["binary"] = values.get("binary") or binary
         values["node"] = values.get("node") or socket.gethostname()
         return cls(**values)
+
+
+class Attributor(Protocol):
+    def workload(self, pid: int) -> WorkloadInfo: ...
+
+
+class ProcessWorkloads:
+    """The distinct workloads of a device's processes, by the agent's attributor (else a
+    ``ProcessAttributor`` made at the first process: its import is not needed without one)."""
+
+    def __init__(self, attributor: Attributor | None) -> None:
+        self._attributor = attributor
+
+    def __call__(self, pids: list[int]) -> list[WorkloadInfo]:
+        if pids and self._attributor is None:
+            from connectors.attribution import ProcessAttributor
+
+            self._attributor = ProcessAttributor()
+        found: dict[str, WorkloadInfo] = {}
+        for pid in pids:
+            assert self._attributor is not None
+            info = self._attributor.workload(pid)
+            found.setdefault(info.workload_key, info)
+        return list(found.values())
+
+
+def add_readings(
+    cols: dict[str, list[Any]],
+    device_id: str,
+    ts_ms: int,
+    values: Mapping[str, float],
+    holders: list[WorkloadInfo],
+) -> None:
+    """One device's readings as sample rows in ``cols``, split evenly between the workloads
+    ``holders`` (none: one unattributed row a metric, share 1)."""
+    for key, share in [(w.workload_key, 1.0 / len(holders)) for w in holders] or [("", 1.0)]:
+        for metric, value in values.items():
+            cols["device_id"].append(device_id)
+            cols["ts_ms"].append(ts_ms)
+            cols["metric"].append(metric)
+            cols["value"].append(value)
+            cols["workload_key"].append(key)
+            cols["share"].append(share)
 
 
 def run_tool(argv: list[str], timeout_s: float, max_output_b: int = MAX_OUTPUT_B) -> str:

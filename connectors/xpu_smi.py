@@ -33,10 +33,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from connectors.sdk import SAMPLE_COLUMNS, ConnectorError, DeviceInfo, SampleBatch, WorkloadInfo
-from connectors.smi_exec import SmiOptions, run_tool
+from connectors.smi_exec import Attributor, ProcessWorkloads, SmiOptions, add_readings, run_tool
 from connectors.vendor_names import intel_model
 
 MIB = 1024 * 1024
@@ -53,10 +53,6 @@ DUMP: dict[int, tuple[str, str, float]] = {
 }
 DUMP_ARGS = ["dump", "-d", "-1", "-m", ",".join(str(m) for m in DUMP), "-n", "1"]
 SELF = "xpu-smi"  # the tool lists itself on every GPU while it asks
-
-
-class Attributor(Protocol):
-    def workload(self, pid: int) -> WorkloadInfo: ...
 
 
 def parse_dump(text: str) -> dict[str, dict[str, float]]:
@@ -153,7 +149,7 @@ class XpuSmiSampler:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.options = SmiOptions.parse(config, binary="xpu-smi")
-        self._attributor = attributor
+        self._workloads = ProcessWorkloads(attributor)
         self._run, self._clock = run, clock
         self._devices: dict[str, DeviceInfo] = {}
         self._mem_total: dict[str, float] = {}
@@ -225,25 +221,5 @@ class XpuSmiSampler:
                 values = {**values, "mem_total_b": self._mem_total[index]}
             holders = self._workloads(pids.get(index, []))
             workloads.update((w.workload_key, w) for w in holders)
-            for key, share in [(w.workload_key, 1.0 / len(holders)) for w in holders] or [("", 1.0)]:
-                for metric, value in values.items():
-                    cols["device_id"].append(self._devices[index].device_id)
-                    cols["ts_ms"].append(ts_ms)
-                    cols["metric"].append(metric)
-                    cols["value"].append(value)
-                    cols["workload_key"].append(key)
-                    cols["share"].append(share)
+            add_readings(cols, self._devices[index].device_id, ts_ms, values, holders)
         return SampleBatch.from_columns(cols, [self._devices[i] for i in readings], list(workloads.values()))
-
-    def _workloads(self, pids: list[int]) -> list[WorkloadInfo]:
-        """The distinct workloads of a GPU's processes (the agent's attributor)."""
-        if pids and self._attributor is None:
-            from connectors.attribution import ProcessAttributor
-
-            self._attributor = ProcessAttributor()
-        found: dict[str, WorkloadInfo] = {}
-        for pid in pids:
-            assert self._attributor is not None
-            info = self._attributor.workload(pid)
-            found.setdefault(info.workload_key, info)
-        return list(found.values())
