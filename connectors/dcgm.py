@@ -87,6 +87,8 @@ from connectors.exporter_profile import (
     ExporterProfile,
     Series,
     Stamp,
+    k8s_workload,
+    target_pods,
 )
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
 from connectors.vgpu import mig_fraction  # shared with the node agent: 7 slices, 4 on an A30
@@ -146,19 +148,6 @@ def _label(labels: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
-def target_pods(series: Iterable[Mapping[str, str]], stamp: Stamp) -> set[str]:
-    """Pods that are a scrape target's own label: ``X`` of a ``pod_labels`` pod label ``X`` on a
-    series that also carries ``exported_X`` (Prometheus renamed the exporter's ``X`` there)."""
-    found: set[str] = set()
-    pod_names = [pod for _, pod, _ in stamp.pod_labels]
-    for labels in series:
-        for name in pod_names:
-            value = labels.get(name)
-            if value and labels.get(f"exported_{name}"):
-                found.add(value)
-    return found
-
-
 def workload_of(
     labels: Mapping[str, str], stamp: Stamp | None = None, targets: frozenset[str] | set[str] = frozenset()
 ) -> WorkloadInfo | None:
@@ -176,10 +165,8 @@ def workload_of(
     project, team = _label(labels, "label_project"), _label(labels, "label_team")
     user = _label(labels, "label_user")
     if pod:
-        key = f"k8s:{ns or ''}/{pod}/{container}"
-        names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}  # attribution facts
-        facts = {k: v for k, v in names.items() if v}
-        return WorkloadInfo(key, project, team, user, namespace=ns, workload=pod, facts=facts)
+        held = k8s_workload(ns or "", pod, container or "")
+        return replace(held, project=project, team=team, user_name=user)
     return WorkloadInfo(f"hpc:{job}", project, team, user, workload=job)
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from connectors.exporter_profile import Series, Stamp
+from connectors.exporter_profile import Series, Stamp, k8s_workload, target_pods
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo, categorical_sample_schema, empty_samples
 from connectors.sdk.shapes import DEVICE, WORKLOAD
 from connectors.sdk.units import MEASURED_METRICS
@@ -93,11 +93,7 @@ def pod_or_job(
     for ns_label, pod_label, container_label in stamp.pod_labels:
         pod = labels.get(pod_label)
         if pod and pod not in targets and not stamp.is_exporter_pod(pod):
-            ns, container = labels.get(ns_label) or None, labels.get(container_label) or ""
-            facts = {"k8s.pod": pod, **({"k8s.namespace": ns} if ns else {})}
-            if container:
-                facts["k8s.container"] = container
-            return WorkloadInfo(f"k8s:{ns or ''}/{pod}/{container}", namespace=ns, workload=pod, facts=facts)
+            return k8s_workload(labels.get(ns_label) or "", pod, labels.get(container_label) or "")
     job_label, user_label, partition_label = job_labels
     job = labels.get(job_label)
     if not job:
@@ -109,19 +105,6 @@ def pod_or_job(
     if partition:
         facts["slurm.partition"] = partition
     return WorkloadInfo(f"slurm:{job}", user_name=user, workload=job, facts=facts)
-
-
-def target_pods(series: Iterable[Mapping[str, str]], stamp: Stamp) -> frozenset[str]:
-    """Pods that are a scrape target's own label: ``X`` of a pod label ``X`` on a series that also
-    carries ``exported_X`` (Prometheus renamed the exporter's ``X`` there)."""
-    found: set[str] = set()
-    names = [pod for _, pod, _ in stamp.pod_labels]
-    for labels in series:
-        for name in names:
-            value = labels.get(name)
-            if value and labels.get(f"exported_{name}"):
-                found.add(value)
-    return frozenset(found)
 
 
 def map_series(series: Iterable[Series], stamp: Stamp, spec: ExporterLabels) -> SampleBatch:

@@ -37,7 +37,7 @@ from typing import Literal
 
 import numpy as np
 
-from connectors.sdk import SampleBatch
+from connectors.sdk import SampleBatch, WorkloadInfo
 
 DEFAULT_NODE_LABELS = ("node", "kubernetes_node", "NODE_NAME", "hostname", "Hostname")
 #: (namespace, pod, container) label triples, first pod found wins
@@ -78,6 +78,27 @@ class Stamp:
 
     def is_exporter_pod(self, name: str) -> bool:
         return self._exporter.search(name) is not None
+
+
+def target_pods(series: Iterable[Mapping[str, str]], stamp: Stamp) -> frozenset[str]:
+    """Pods that are a scrape target's own label: ``X`` of a ``pod_labels`` pod label ``X`` on a
+    series that also carries ``exported_X`` (Prometheus renamed the exporter's ``X`` there)."""
+    found: set[str] = set()
+    names = [pod for _, pod, _ in stamp.pod_labels]
+    for labels in series:
+        for name in names:
+            value = labels.get(name)
+            if value and labels.get(f"exported_{name}"):
+                found.add(value)
+    return frozenset(found)
+
+
+def k8s_workload(ns: str, pod: str, container: str) -> WorkloadInfo:
+    """The workload ``k8s:<ns>/<pod>/<container>`` an exporter's pod labels name, with the
+    attribution facts ``k8s.namespace``/``k8s.pod``/``k8s.container`` it has (docs/attribution.md)."""
+    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}
+    facts = {k: v for k, v in names.items() if v}
+    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
 
 
 ToBatch = Callable[[Iterable[Series], Stamp], SampleBatch]

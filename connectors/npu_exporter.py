@@ -43,9 +43,9 @@ from typing import Literal
 import polars as pl
 
 from connectors.dcgm import node_of
-from connectors.exporter_profile import ExporterProfile, Series, Stamp
+from connectors.exporter_profile import ExporterProfile, Series, Stamp, k8s_workload
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo
-from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback, pod_workload
+from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback
 from connectors.vendor_names import ascend_model
 
 VENDOR: Literal["huawei"] = "huawei"
@@ -94,7 +94,7 @@ def workload_of(labels: Mapping[str, str], device_id: str) -> WorkloadInfo | Non
     if pod == MULTI_POD:
         return WorkloadInfo(f"k8s:multiple-pods/{device_id}", workload=MULTI_POD)
     ns = labels.get("exported_namespace") or labels.get("namespace") or ""
-    return pod_workload(ns, pod, labels.get("container_name") or "")
+    return k8s_workload(ns, pod, labels.get("container_name") or "")
 
 
 def _device(labels: Mapping[str, str], device_id: str, stamp: Stamp) -> DeviceInfo:

@@ -106,14 +106,6 @@ def to_samples(frame: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
     )
 
 
-def pod_workload(ns: str, pod: str, container: str) -> WorkloadInfo:
-    """The workload ``k8s:<ns>/<pod>/<container>`` an exporter's pod labels name, with the
-    attribution facts ``k8s.namespace``/``k8s.pod``/``k8s.container`` it has (docs/attribution.md)."""
-    names = {"k8s.namespace": ns, "k8s.pod": pod, "k8s.container": container}
-    facts = {k: v for k, v in names.items() if v}
-    return WorkloadInfo(f"k8s:{ns}/{pod}/{container}", namespace=ns or None, workload=pod, facts=facts)
-
-
 @dataclass(slots=True)
 class SeriesCollector:
     """The per-series step of a mapping: each series' description, its arrays (samples stay in

@@ -42,9 +42,9 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from connectors.dcgm import node_of
-from connectors.exporter_profile import ExporterProfile, Series, Stamp
+from connectors.exporter_profile import ExporterProfile, Series, Stamp, k8s_workload
 from connectors.sdk import DeviceInfo, SampleBatch, WorkloadInfo
-from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback, pod_workload
+from connectors.vendor_frames import SeriesCollector, SeriesMeta, fallback
 from connectors.vendor_names import intel_model
 
 VENDOR: Literal["intel"] = "intel"
@@ -72,7 +72,7 @@ def workload_of(labels: Mapping[str, str]) -> WorkloadInfo | None:
     ns, pod, container = (labels.get(name) or "" for name in POD_LABELS)
     if not pod:
         return None
-    return pod_workload(ns, pod, container)
+    return k8s_workload(ns, pod, container)
 
 
 def _device(labels: Mapping[str, str], uuid: str, stamp: Stamp) -> DeviceInfo:
