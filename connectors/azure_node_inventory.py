@@ -21,22 +21,11 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from connectors.azure_inventory import query_latest
 from connectors.cloud_tags import NODE_LABEL, facts
 
 #: A node name as Kubernetes allows it (DNS subdomain): nothing else is put into the query.
 _NODE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-
-
-def node_kql(nodes: Iterable[str], start: dt.datetime, end: dt.datetime) -> str:
-    """The query for ``nodes`` seen in ``[start, end)``: the latest inventory row of each."""
-    listed = ", ".join(f'"{n}"' for n in sorted(set(nodes)) if _NODE.match(n))
-    return (
-        "KubeNodeInventory\n"
-        f"| where TimeGenerated >= datetime({_iso(start)}) and TimeGenerated < datetime({_iso(end)})\n"
-        f"| where Computer in ({listed})\n"
-        "| summarize arg_max(TimeGenerated, Labels) by Computer\n"
-        "| project Computer, Labels"
-    )
 
 
 def query(
@@ -46,17 +35,11 @@ def query(
     end: dt.datetime,
     margin: dt.timedelta,
 ) -> Any:
-    """Run the node query through ``request(kql, timespan)``; None where the workspace has no
-    ``KubeNodeInventory`` table. Other errors propagate."""
-    from azure.core.exceptions import HttpResponseError
-
-    first, last = start - margin, end + margin
-    try:
-        return request(node_kql(nodes, first, last), (first, last))
-    except HttpResponseError as exc:
-        if exc.status_code == 400 and "kubenodeinventory" in str(exc).lower():
-            return None
-        raise
+    """Run the node query (the latest ``Labels`` of each node) through ``request(kql, timespan)``;
+    None where the workspace has no ``KubeNodeInventory`` table. Other errors propagate."""
+    return query_latest(
+        request, "KubeNodeInventory", "Computer", ("Labels",), nodes, _NODE, (start, end), margin
+    )
 
 
 def labels(result: Any) -> dict[str, dict[str, str]]:
@@ -82,7 +65,3 @@ def labels(result: Any) -> dict[str, dict[str, str]]:
         if isinstance(value, dict):
             out[node] = facts(((k, v) for k, v in value.items() if isinstance(v, str)), NODE_LABEL)
     return out
-
-
-def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -25,23 +25,12 @@ from typing import Any
 
 import polars as pl
 
+from connectors.azure_inventory import query_latest
 from connectors.sdk import WorkloadInfo
 
 #: What the join keeps, per pod UID.
 COLUMNS = ("PodUid", "Namespace", "Name", "ControllerKind", "ControllerName")
 _UID = re.compile(r"^[0-9A-Za-z-]{1,64}$")  # metadata.uid (a UUID) or a config hash (hex)
-
-
-def inventory_kql(uids: Iterable[str], start: dt.datetime, end: dt.datetime) -> str:
-    """The query for the pods ``uids`` seen in ``[start, end)``: their latest inventory row each."""
-    listed = ", ".join(f'"{u}"' for u in sorted(set(uids)) if _UID.match(u))
-    return (
-        "KubePodInventory\n"
-        f"| where TimeGenerated >= datetime({_iso(start)}) and TimeGenerated < datetime({_iso(end)})\n"
-        f"| where PodUid in ({listed})\n"
-        "| summarize arg_max(TimeGenerated, Namespace, Name, ControllerKind, ControllerName) by PodUid\n"
-        f"| project {', '.join(COLUMNS)}"
-    )
 
 
 def empty() -> pl.DataFrame:
@@ -70,17 +59,12 @@ def query(
     end: dt.datetime,
     margin: dt.timedelta,
 ) -> Any:
-    """Run the inventory query through ``request(kql, timespan)``; None where the workspace has no
-    ``KubePodInventory`` table (HTTP 400 naming it). Other errors propagate."""
-    from azure.core.exceptions import HttpResponseError
-
-    first, last = start - margin, end + margin
-    try:
-        return request(inventory_kql(uids, first, last), (first, last))
-    except HttpResponseError as exc:
-        if exc.status_code == 400 and "kubepodinventory" in str(exc).lower():
-            return None
-        raise
+    """Run the inventory query (the latest row of each pod UID) through ``request(kql, timespan)``;
+    None where the workspace has no ``KubePodInventory`` table (HTTP 400 naming it). Other errors
+    propagate."""
+    return query_latest(
+        request, "KubePodInventory", COLUMNS[0], COLUMNS[1:], uids, _UID, (start, end), margin
+    )
 
 
 def workloads(rows: pl.DataFrame, inventory: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -118,7 +102,3 @@ def workload_infos(frame: pl.DataFrame) -> list[WorkloadInfo]:
         WorkloadInfo(workload_key=r["workload_key"], namespace=r["namespace"], workload=r["workload"])
         for r in frame.iter_rows(named=True)
     ]
-
-
-def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
