@@ -281,50 +281,31 @@ class Scheduler:
     async def _run_once(self, config: ConnectorConfig, connector: Any) -> Literal["ok", NextStep]:
         name, now = config.name, self.clock()
         try:
-            if getattr(connector, "kind", None) == "billing":
+            kind = getattr(connector, "kind", None)
+            ingest: IngestFn
+            options: dict[str, Any]
+            if kind == "billing":
                 first_run = await asyncio.to_thread(_never_succeeded, self.engine, name)
                 start, end = billing_window(now, config.backfill_days, first_run)
-                result = await asyncio.to_thread(
-                    self.ingest_billing,
-                    self.engine,
-                    name,
-                    connector,
-                    start,
-                    end,
-                    catalog=self.catalog,
-                    gpu_cost_share=self.gpu_cost_share,
-                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
-                )
-            elif getattr(connector, "kind", None) == "facts":
-                start, end = await asyncio.to_thread(
-                    catch_up_window, self.engine, name, connector, now, config.backfill_days
-                )
-                result = await asyncio.to_thread(
-                    self.ingest_facts,
-                    self.engine,
-                    name,
-                    connector,
-                    start,
-                    end,
-                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
-                )
+                ingest = self.ingest_billing
+                options = {"catalog": self.catalog, "gpu_cost_share": self.gpu_cost_share}
             else:
                 start, end = await asyncio.to_thread(
                     catch_up_window, self.engine, name, connector, now, config.backfill_days
                 )
-                result = await asyncio.to_thread(
-                    self.ingest,
-                    self.engine,
-                    name,
-                    connector,
-                    start,
-                    end,
-                    sites=self.sites,
-                    idle_threshold_pct=self.idle_threshold_pct,
-                    after_ingest=self.after_ingest,
-                    # only when configured: an ingest function given for a test need not know it
-                    **({"attribution_rules": self.attribution_rules} if self.attribution_rules else {}),
-                )
+                if kind == "facts":
+                    ingest, options = self.ingest_facts, {}
+                else:
+                    ingest = self.ingest
+                    options = {
+                        "sites": self.sites,
+                        "idle_threshold_pct": self.idle_threshold_pct,
+                        "after_ingest": self.after_ingest,
+                    }
+            # only when configured: an ingest function given for a test need not know it
+            if self.attribution_rules:
+                options["attribution_rules"] = self.attribution_rules
+            result = await asyncio.to_thread(ingest, self.engine, name, connector, start, end, **options)
         except Exception as exc:  # noqa: BLE001  (classified: every failure has its next step)
             failure = classify(exc)
             if failure.next_step == "stop":
