@@ -74,12 +74,12 @@ from nvml.h200_replay import h200, state
 from prom.promserver import running_prometheus, series_text
 from prometheus_client.parser import text_string_to_metric_families
 from push_client import push_client
+from slurm_process import job_4711_process
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from connectors.attribution import ProcessAttributor
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBatch, Sampling, WorkloadInfo
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
@@ -288,23 +288,11 @@ class _SlurmNode:
         yield SampleBatch(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"), self.discover(), [self.job])
 
 
-def _slurm_job(root: Path) -> WorkloadInfo:
-    """What the node agent's attributor says of a process of job 4711 (Slurm's cgroup v2 layout)."""
-    proc = root / "slurm-proc" / "31337"
-    proc.mkdir(parents=True)
-    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n")
-    (proc / "comm").write_text("pt_main_thread\n")
-    (proc / "status").write_text("Name:\tpt_main_thread\nUid:\t1001\t1001\t1001\t1001\n")
-    passwd = root / "passwd"
-    passwd.write_text("bob:x:1001:1001::/home/bob:/bin/zsh\n")
-    return ProcessAttributor(proc_root=root / "slurm-proc", passwd=passwd).workload(31337)
-
-
 def _slurm(engine: Engine, tmp_path: Path, rules: Any) -> None:
     sacct = FIXTURES / "slurm" / "sacct-2026-11-30.txt"
     facts = default_registry().build({"name": "slurm-main", "type": "slurm", "path": str(sacct)})
     assert ingest_facts(engine, "slurm-main", facts, H09, H10).status == ConnectorStatus.OK
-    job = _slurm_job(tmp_path)
+    job = job_4711_process(tmp_path / "slurm")
     assert job.workload_key == "slurm:4711"
     ingest_window(engine, "gpu01", _SlurmNode(job), H09, H10, attribution_rules=rules)
 

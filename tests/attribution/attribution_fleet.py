@@ -82,11 +82,14 @@ RULES_V1 = (
 )  # fmt: skip
 
 
-def price(engine: Engine) -> None:
+def price(
+    engine: Engine, gpu_model: str = "H100", rate: Decimal = RATE, valid_from: dt.datetime = DAY0
+) -> None:
+    """One on-prem USD rate card for ``gpu_model`` (named after it, lower case)."""
     with Session(engine) as session:
         card = RateCardConfig(
-            name="h100", environment="onprem", gpu_model="H100", rate_per_gpu_hour=RATE,
-            currency="USD", valid_from=DAY0,
+            name=gpu_model.lower(), environment="onprem", gpu_model=gpu_model, rate_per_gpu_hour=rate,
+            currency="USD", valid_from=valid_from,
         )  # fmt: skip
         sync_rate_cards(session, [card])
         session.commit()

@@ -18,10 +18,10 @@ from typing import Any, ClassVar, Literal
 import polars as pl
 import pytest
 from attribution_fleet import owners, rule, total_cost
+from attribution_fleet import price as fleet_price
+from slurm_process import job_4711_process
 from sqlalchemy import Engine, select
-from sqlmodel import Session
 
-from connectors.attribution import ProcessAttributor
 from connectors.base import SAMPLE_SCHEMA, ConnectorConfig, DeviceInfo, SampleBatch, Sampling, WorkloadInfo
 from connectors.registry import default_registry
 from connectors.sdk import ConnectorStatus
@@ -29,7 +29,6 @@ from service.attribution.reattribute import reattribute
 from service.facts_ingest import ingest_facts
 from service.ledger.ingest import ingest_window
 from service.models import ConnectorRun, ConnectorState, Rejection, WorkloadFact
-from service.pricing.rates import RateCardConfig, sync_rate_cards
 
 SACCT = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "sacct-2026-11-30.txt"
 HOUR0 = dt.datetime(2026, 11, 30, 9, tzinfo=dt.UTC)  # jobs 4711 (physics) and 5000_1 = 5001 (chem) ran
@@ -46,22 +45,9 @@ class NodesConfig(ConnectorConfig):
     pass
 
 
-def agent_workload(root: Path) -> WorkloadInfo:
-    """What the node agent's attributor says of a GPU process of job 4711: a /proc with the
-    process in the job's cgroup (Slurm's cgroup/v2 layout) run by bob, read by ProcessAttributor."""
-    proc = root / "proc" / "31337"
-    proc.mkdir(parents=True)
-    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n")
-    (proc / "comm").write_text("pt_main_thread\n")
-    (proc / "status").write_text("Name:\tpt_main_thread\nUid:\t1001\t1001\t1001\t1001\n")
-    passwd = root / "passwd"
-    passwd.write_text("root:x:0:0:root:/root:/bin/bash\nbob:x:1001:1001::/home/bob:/bin/zsh\n")
-    return ProcessAttributor(proc_root=root / "proc", passwd=passwd).workload(31337)
-
-
 @pytest.fixture
 def agent(tmp_path: Path) -> WorkloadInfo:
-    return agent_workload(tmp_path)
+    return job_4711_process(tmp_path)
 
 
 class Nodes:
@@ -93,13 +79,7 @@ class Nodes:
 
 
 def price(engine: Engine) -> None:
-    with Session(engine) as session:
-        card = RateCardConfig(
-            name="h200", environment="onprem", gpu_model="H200", rate_per_gpu_hour=RATE,
-            currency="USD", valid_from=HOUR0,
-        )  # fmt: skip
-        sync_rate_cards(session, [card])
-        session.commit()
+    fleet_price(engine, "H200", RATE, HOUR0)
 
 
 def slurm(path: Path = SACCT) -> Any:
