@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
+from nvml.fake_nvml_lib import FakeNvml, make_fake
 from nvml.h200_replay import h200, state, timeslice_states
 
 from connectors.base import ConfigurationError, WorkloadInfo
@@ -19,16 +19,6 @@ BASIC = {"gpu_util", "mem_used_b", "mem_total_b", "power_w", "energy_j", "temp_c
 GPM = {"sm_active", "tensor_active", "mem_bw"}
 UUID = "GPU-fbd3d301-eb3f-2053-443c-7eabc01e7a09"
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return session_libs(tmp_path_factory)
-
-
-@pytest.fixture
-def fake_nvml(nvml_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-    return make_fake(nvml_libs["full"], tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
-from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
+from nvml.fake_nvml_lib import FakeNvml
 from nvml.h200_replay import H200_MEM_TOTAL_B, gpm_probe_states, h200, nvml_probe_states, state, trace
 
 from connectors.base import SAMPLE_SCHEMA, WorkloadInfo
@@ -15,16 +13,6 @@ from connectors.nvml import NvmlConfig, NvmlSampler
 UUID = "GPU-fbd3d301-eb3f-2053-443c-7eabc01e7a09"
 BASIC = {"gpu_util", "mem_used_b", "mem_total_b", "power_w", "energy_j", "temp_c"}
 GPM = {"sm_active", "tensor_active", "mem_bw"}
-
-
-@pytest.fixture(scope="session")
-def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return session_libs(tmp_path_factory)
-
-
-@pytest.fixture
-def fake_nvml(nvml_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-    return make_fake(nvml_libs["full"], tmp_path, monkeypatch)
 
 
 class Jobs:

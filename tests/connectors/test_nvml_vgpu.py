@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from nvml.fake_nvml_lib import FakeNvml, make_fake, session_libs
+from nvml.fake_nvml_lib import FakeNvml
 from nvml.h200_replay import h200, state
 
 from connectors.attribution import ProcessAttributor
@@ -24,16 +24,6 @@ from service.money import from_nanos
 from service.pricing import PriceBook, RateCardConfig, price_rows
 
 UUID = "GPU-fbd3d301-eb3f-2053-443c-7eabc01e7a09"  # the probed H200 (h200(0))
-
-
-@pytest.fixture(scope="session")
-def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return session_libs(tmp_path_factory)
-
-
-@pytest.fixture
-def fake_nvml(nvml_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-    return make_fake(nvml_libs["full"], tmp_path, monkeypatch)
 
 
 class ProcJobs:
