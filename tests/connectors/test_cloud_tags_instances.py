@@ -70,6 +70,18 @@ def _tagged(ec2: Any, instance_type: str, tags: dict[str, str]) -> str:
     return str(made["Instances"][0]["InstanceId"])
 
 
+def _logging_ec2(config: Any, calls: CallLog) -> Callable[[Any, str, str], Any]:
+    """The connector's clients, with EC2's DescribeInstances calls logged in ``calls``."""
+
+    def make_client(session: Any, service: str, region: str) -> Any:
+        made = client_factory(config)(session, service, region)
+        if service == "ec2":
+            made.meta.events.register("before-parameter-build.ec2.DescribeInstances", calls._before)
+        return made
+
+    return make_client
+
+
 def _devices(connector: CloudWatchConnector) -> dict[str, Any]:
     return {d.device_id: d for b in connector.collect(H10, H10 + 5 * M) for d in b.devices}
 
@@ -85,14 +97,8 @@ def test_ec2_describe_instances_tags_become_device_facts(moto: str, aws_client: 
     _gpu(cloudwatch, "i-0ffffffffffffffff", 0, InstanceType="p4d.24xlarge")  # terminated long ago
     calls = CallLog()
     config = cloudwatch_config(moto)
-
-    def make_client(session: Any, service: str, region: str) -> Any:
-        made = client_factory(config)(session, service, region)
-        if service == "ec2":
-            made.meta.events.register("before-parameter-build.ec2.DescribeInstances", calls._before)
-        return made
-
-    with CloudWatchConnector(config, make_client=make_client, clock=lambda: H10 + M * 30) as connector:
+    clients = _logging_ec2(config, calls)
+    with CloudWatchConnector(config, make_client=clients, clock=lambda: H10 + M * 30) as connector:
         devices = _devices(connector)
         again = _devices(connector)
     owner = {
@@ -121,14 +127,8 @@ def test_instance_tags_off_reads_no_tags_and_asks_ec2_only_for_missing_types(
     _gpu(cloudwatch, untyped, 0)
     calls = CallLog()
     config = cloudwatch_config(moto, instance_tags=False)
-
-    def make_client(session: Any, service: str, region: str) -> Any:
-        made = client_factory(config)(session, service, region)
-        if service == "ec2":
-            made.meta.events.register("before-parameter-build.ec2.DescribeInstances", calls._before)
-        return made
-
-    with CloudWatchConnector(config, make_client=make_client, clock=lambda: H10 + M * 30) as connector:
+    clients = _logging_ec2(config, calls)
+    with CloudWatchConnector(config, make_client=clients, clock=lambda: H10 + M * 30) as connector:
         devices = _devices(connector)
     assert {d: (i.instance_type, dict(i.tags)) for d, i in devices.items()} == {
         f"{typed}/gpu0": ("p5.48xlarge", {}),
