@@ -2,7 +2,8 @@
 
 ``row(h, device, workload, **columns)`` is one ``ledger_hour`` row ``h`` hours after ``D0``;
 ``put`` (a fixture: import it into a conftest) inserts rows and rebuilds ``ledger_day`` from
-``ledger_hour`` the way ingest maintains it.
+``ledger_hour`` the way ingest maintains it. ``hour_rows`` and ``row_checker`` read an ingest's
+rows back and check columns of one of them.
 """
 
 from __future__ import annotations
@@ -76,3 +77,27 @@ def put(engine: Engine) -> Callable[[Iterable[Any]], None]:
         rebuild_days(engine)
 
     return _put
+
+
+HourKey = tuple[str, int, str]  # (device_id, hour of the day, workload_key)
+
+
+def hour_rows(engine: Engine) -> dict[HourKey, dict[str, Any]]:
+    """Every ``ledger_hour`` row by (device, hour of the day, workload)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(LedgerHour.__table__)).mappings().all()
+    return {(r["device_id"], r["hour_start"].hour, r["workload_key"]): dict(r) for r in rows}
+
+
+def row_checker(rows: dict[HourKey, dict[str, Any]]) -> Callable[..., None]:
+    """``check(key, column=value, …)``: floats to 1e-3, everything else exactly."""
+
+    def check(key: HourKey, **expected: object) -> None:
+        row = rows[key]
+        for column, value in expected.items():
+            if isinstance(value, float):
+                assert row[column] == pytest.approx(value, abs=1e-3), (key, column)
+            else:
+                assert row[column] == value, (key, column)
+
+    return check

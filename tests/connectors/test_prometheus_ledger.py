@@ -22,12 +22,13 @@ from collections.abc import Iterator
 
 import polars as pl
 import pytest
+from ledger_rows import hour_rows, row_checker
 from prom.promserver import running_prometheus, series_text
 from sqlalchemy import Engine, select
 
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
 from service.ledger.ingest import ingest_window
-from service.models import Device, LedgerHour
+from service.models import Device
 
 MIB = 1024 * 1024
 H10 = dt.datetime(2025, 3, 3, 10, tzinfo=dt.UTC)
@@ -118,13 +119,6 @@ def _connector(url: str) -> PrometheusConnector:
     return PrometheusConnector(config)
 
 
-def _ledger(engine: Engine) -> dict[tuple[str, int, str], dict]:
-    table = LedgerHour.__table__
-    with engine.connect() as conn:
-        rows = conn.execute(select(table)).mappings().all()
-    return {(r["device_id"], r["hour_start"].hour, r["workload_key"]): dict(r) for r in rows}
-
-
 def test_collect_reads_raw_samples_without_lookback_fill(prometheus_url: str) -> None:
     with _connector(prometheus_url) as connector:
         batches = list(connector.collect(H10, H10 + dt.timedelta(hours=3, seconds=1)))
@@ -139,16 +133,9 @@ def test_ingest_gives_exact_ledger_rows(engine: Engine, prometheus_url: str) -> 
     with _connector(prometheus_url) as connector:
         result = ingest_window(engine, "dc1", connector, H10, H10 + dt.timedelta(hours=3))
     assert result.devices == 4
-    rows = _ledger(engine)
+    rows = hour_rows(engine)
     assert len(rows) == 13
-
-    def check(key: tuple[str, int, str], **expected: object) -> None:
-        row = rows[key]
-        for column, value in expected.items():
-            if isinstance(value, float):
-                assert row[column] == pytest.approx(value, abs=1e-3), (key, column)
-            else:
-                assert row[column] == value, (key, column)
+    check = row_checker(rows)
 
     # GPU A, 10:00: train-1 has readings 10:00:00–10:29:45 (120 × 15 s = 1800 s) at SM 80 % →
     # busy 1440 s; its counter deltas 120 × 7,500 J = 900,000 J. train-2 from 10:30:00: 1800 s at
@@ -202,11 +189,11 @@ def test_hour_by_hour_equals_one_window_and_reingest_changes_nothing(
 ) -> None:
     with _connector(prometheus_url) as connector:
         ingest_window(engine, "dc1", connector, H10, H10 + dt.timedelta(hours=3))
-        once = _ledger(engine)
+        once = hour_rows(engine)
         for hour in (12, 10, 11, 10):  # any order, repeats included
             start = H10.replace(hour=hour)
             ingest_window(engine, "dc1", connector, start, start + dt.timedelta(hours=1))
-    again = _ledger(engine)
+    again = hour_rows(engine)
     assert again.keys() == once.keys()
     for key, row in once.items():
         assert {k: v for k, v in again[key].items() if k != "id"} == {

@@ -11,11 +11,12 @@ tests/fixtures/ascend/README.md.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from ledger_rows import hour_rows, row_checker
 from prom.promserver import running_prometheus, series_text
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, select
@@ -25,7 +26,7 @@ from starlette.testclient import TestClient
 from connectors.prometheus import PrometheusConfig, PrometheusConnector
 from service.app import create_app
 from service.ledger.ingest import ingest_window
-from service.models import Device, LedgerHour
+from service.models import Device
 from service.pricing.rates import RateCardConfig, sync_rate_cards
 from service.settings import load_settings
 
@@ -118,33 +119,15 @@ def _connector(url: str, exporter: str, job: str) -> PrometheusConnector:
     return PrometheusConnector(config)
 
 
-def _ledger(engine: Engine) -> dict[tuple[str, int, str], dict]:
-    with engine.connect() as conn:
-        rows = conn.execute(select(LedgerHour.__table__)).mappings().all()
-    return {(r["device_id"], r["hour_start"].hour, r["workload_key"]): dict(r) for r in rows}
-
-
-def _checker(rows: dict[tuple[str, int, str], dict]) -> Callable[..., None]:
-    def check(key: tuple[str, int, str], **expected: object) -> None:
-        row = rows[key]
-        for column, value in expected.items():
-            if isinstance(value, float):
-                assert row[column] == pytest.approx(value, abs=1e-3), (key, column)
-            else:
-                assert row[column] == value, (key, column)
-
-    return check
-
-
 def test_intel_gpus_land_with_eu_activity_as_busy_and_tiles_folded(
     engine: Engine, prometheus_url: str
 ) -> None:
     with _connector(prometheus_url, "xpum", "xpum") as connector:
         result = ingest_window(engine, "xpum", connector, H10, H10 + dt.timedelta(hours=2))
     assert result.devices == 2
-    rows = _ledger(engine)
+    rows = hour_rows(engine)
     assert set(rows) == {(GPU_A, 10, TRAIN), (GPU_A, 11, ""), (GPU_B, 10, ""), (GPU_B, 11, "")}
-    check = _checker(rows)
+    check = row_checker(rows)
     model = "Intel Data Center GPU Max 1550"
     # GPU A, 10:00: tiles' EU active 62 % and 58 % → 60 % → busy 2160 s (EU activity is the
     # default metric); compute engine group 95 %/85 % → 90 % → 3240 s; 240 energy deltas of
@@ -175,9 +158,9 @@ def test_ascend_npus_land_with_ai_core_as_busy_and_failed_reads_as_gaps(
     with _connector(prometheus_url, "ascend", "npu-exporter") as connector:
         result = ingest_window(engine, "ascend", connector, H10, H10 + dt.timedelta(hours=2))
     assert result.devices == 2
-    rows = _ledger(engine)
+    rows = hour_rows(engine)
     assert set(rows) == {(CHIP_0, 10, PRETRAIN), (CHIP_0, 11, PRETRAIN), (CHIP_1, 10, ""), (CHIP_1, 11, "")}
-    check = _checker(rows)
+    check = row_checker(rows)
     common = {"gpu_model": "Ascend 910B3", "node": "npu-node-01", "default_metric": "sm_active"}
     # Chip 0, 10:00: AI Core 87 % → 3132 s busy; overall 92 % → 3312 s; no energy counter: the
     # estimate is 352.6 W × 3600 s; HBM 52314 of 65536 MiB.
