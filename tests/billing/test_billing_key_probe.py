@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from billing_fakes import lines, usage
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 
 from service.billing import store
 
@@ -58,6 +58,15 @@ def test_no_keys_is_no_query(engine: Engine) -> None:
     assert found.height == 0 and statements == []
 
 
+def _probe_plan(conn: Connection) -> str:
+    """PostgreSQL's plan of the probe's join (the probe table still in this transaction)."""
+    explain = (
+        "EXPLAIN SELECT l.line_key FROM billing_key_probe AS k JOIN billing_line AS l"
+        " ON l.line_key = k.line_key WHERE l.source = 'bills'"
+    )
+    return "\n".join(r[0] for r in conn.exec_driver_sql(explain))
+
+
 @pytest.mark.postgres
 def test_postgresql_probe_is_one_join_on_the_unique_index(pg_url: str) -> None:
     """PostgreSQL: the keys are COPYed (no key is bound as a parameter) and the join looks each
@@ -74,13 +83,7 @@ def test_postgresql_probe_is_one_join_on_the_unique_index(pg_url: str) -> None:
             event.listen(conn, "before_cursor_execute", lambda *a: statements.append((a[2], a[3])))
             found = store.existing_keys(conn, "bills", [f"k{i}" for i in range(0, 6000, 2)])
             conn.exec_driver_sql(store._JOINS, {"hash": "off", "merge": "off"})  # as the probe's join
-            plan = "\n".join(
-                r[0]
-                for r in conn.exec_driver_sql(
-                    "EXPLAIN SELECT l.line_key FROM billing_key_probe AS k JOIN billing_line AS l"
-                    " ON l.line_key = k.line_key WHERE l.source = 'bills'"
-                )
-            )
+            plan = _probe_plan(conn)
             conn.rollback()
         assert found.height == 1500
         assert not any("k2" in str(params) for _, params in statements)  # keys travel by COPY
@@ -115,13 +118,7 @@ def test_postgresql_probe_looks_each_key_up_even_where_the_planner_would_hash(pg
                 "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
             ).one()
             conn.exec_driver_sql(store._JOINS, {"hash": "off", "merge": "off"})
-            plan = "\n".join(
-                r[0]
-                for r in conn.exec_driver_sql(
-                    "EXPLAIN SELECT l.line_key FROM billing_key_probe AS k JOIN billing_line AS l"
-                    " ON l.line_key = k.line_key WHERE l.source = 'bills'"
-                )
-            )
+            plan = _probe_plan(conn)
             conn.rollback()
         assert found.height == 20_000
         joins = [i for i, s in enumerate(probe) if "JOIN billing_line" in s]
