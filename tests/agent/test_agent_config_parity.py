@@ -143,7 +143,10 @@ def same(a: Any, b: Any) -> bool:
 def assert_same(model: type[BaseModel], table: dict[str, Any]) -> None:
     expected_values, expected = pydantic_side(model, table)
     got_values, got = agent_side(model, table)
-    assert got == expected, table
+    # the same problems, each with the same text; the order is not judged: pydantic names a nested
+    # field's unknown key (attribution_rules.0.a) before a top-level one, the agent the other way
+    # round, and a person reads one message listing them all (hypothesis found such a table)
+    assert sorted(got) == sorted(expected), table
     if expected_values is not None:
         assert got_values is not None
         for key, value in expected_values.items():
