@@ -272,6 +272,16 @@ def _check_repeats(s: SamplesIn) -> None:
         seen[tuple(reading)] = row
 
 
+#: Fields a batch gained after :func:`content_sha256` was first defined, per list (issue 16: the
+#: vendor and the attribution facts). Each is left out of the hash when no item of the batch sets it,
+#: so a batch spooled by an older agent and replayed after the upgrade is still a duplicate, not a
+#: conflict. A field added to a pushed description later goes here.
+LATER_FIELDS: dict[str, tuple[str, ...]] = {
+    "devices": ("vendor", DEVICE_FACTS),
+    "workloads": (WORKLOAD_FACTS,),
+}
+
+
 def content_sha256(batch: BatchIn) -> str:
     """SHA-256 of the batch's canonical JSON (pydantic's field order, defaults filled in).
 
@@ -279,17 +289,9 @@ def content_sha256(batch: BatchIn) -> str:
     and another client, or the agent after an upgrade, may order keys, space or spell numbers
     (``1`` vs ``1.0``) differently; the same content must still be a duplicate, not a conflict.
     """
-    # Attribution facts and the vendor joined the batch later (issue 16): a batch without any hashes
-    # as before, so a batch spooled by an older agent and replayed after the upgrade is still a
-    # duplicate.
     exclude: dict[str, Any] = {}
-    later = set()
-    if not any(d.tags for d in batch.devices):  # type: ignore[attr-defined]
-        later.add("tags")
-    if all(d.vendor is None for d in batch.devices):  # type: ignore[attr-defined]
-        later.add("vendor")
-    if later:
-        exclude["devices"] = {"__all__": later}
-    if not any(w.facts for w in batch.workloads):  # type: ignore[attr-defined]
-        exclude["workloads"] = {"__all__": {"facts"}}
+    for items, fields in LATER_FIELDS.items():
+        unset = {f for f in fields if not any(getattr(item, f) for item in getattr(batch, items))}
+        if unset:
+            exclude[items] = {"__all__": unset}
     return hashlib.sha256(batch.model_dump_json(exclude=exclude).encode()).hexdigest()
