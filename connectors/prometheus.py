@@ -51,6 +51,7 @@ from connectors.exporter_profile import (
     Series,
     Stamp,
 )
+from connectors.hami_metrics import HamiCaps
 from connectors.kube_state import KubeStateLabels
 from connectors.prom_raw import HOUR_MS, LATE_MS, Held, RawReader, hold
 from connectors.sdk import (
@@ -199,6 +200,9 @@ class PrometheusConfig(HttpSourceConfig):
     ``kube_state_labels = true`` adds kube-state-metrics' ``kube_pod_labels`` and
     ``kube_namespace_labels`` to the pods as facts (:mod:`connectors.kube_state`), their series
     matched by ``kube_state_selector`` (``{job="kube-state-metrics"}``; not ``label_selector``).
+    ``hami_caps = true`` prices HAMi pods at the cores HAMi's scheduler allocated them
+    (``hami_vgpu_core_allocated_ratio``, :mod:`connectors.hami_metrics`), its series matched by
+    ``hami_selector`` (``{job="hami-scheduler"}``; not ``label_selector``).
     """
 
     type: str = "prometheus"
@@ -208,8 +212,10 @@ class PrometheusConfig(HttpSourceConfig):
     compress: bool = False
     kube_state_labels: bool = False
     kube_state_selector: str = ""
+    hami_caps: bool = False
+    hami_selector: str = ""
 
-    @field_validator("label_selector", "kube_state_selector")
+    @field_validator("label_selector", "kube_state_selector", "hami_selector")
     @classmethod
     def _matchers(cls, selector: str) -> str:
         inner = selector.strip()
@@ -328,6 +334,8 @@ class PrometheusConnector:
         self._kube_state = (
             KubeStateLabels(self._instant, getattr(config, "kube_state_selector", "")) if kube_state else None
         )
+        hami = getattr(config, "hami_caps", False)
+        self._hami = HamiCaps(self._instant, getattr(config, "hami_selector", "")) if hami else None
         #: why the last ``collect`` found nothing (for the run's MISSING_DATA message), else None
         self.missing_data_hint: str | None = None
 
@@ -385,8 +393,7 @@ class PrometheusConnector:
             if not names:
                 self.missing_data_hint = self._hint(at, chunk_end - self._step_ms)
             batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
-            if self._kube_state is not None:
-                batch = self._kube_state.join(batch, at, chunk_end)
+            batch = self._joined(batch, at, chunk_end)
             batches.append(batch)
             if batch.samples.height:
                 yield batch
@@ -411,11 +418,19 @@ class PrometheusConnector:
             if not series:
                 self.missing_data_hint = self._hint(chunk_first, chunk_last)
             batch = self._profile.to_batch(self._profile.canonical(series), self._stamp)
-            if self._kube_state is not None:
-                batch = self._kube_state.join(batch, chunk_first, chunk_last + step)
+            batch = self._joined(batch, chunk_first, chunk_last + step)
             if batch.samples.height:
                 yield batch
             chunk_first = chunk_last + step
+
+    def _joined(self, batch: SampleBatch, first_ms: int, end_ms: int) -> SampleBatch:
+        """The chunk's batch with what other series say of its pods: kube-state-metrics' labels
+        as facts, HAMi's core allocations as shares (each where configured)."""
+        if self._kube_state is not None:
+            batch = self._kube_state.join(batch, first_ms, end_ms)
+        if self._hami is not None:
+            batch = self._hami.join(batch, first_ms, end_ms)
+        return batch
 
     def _hint(self, first_ms: int, last_ms: int) -> str:
         where = f"{{{self.config.label_selector}}}" if self.config.label_selector else "any labels"

@@ -161,9 +161,16 @@ class HamiDevice:
     def fraction(self, total_cores: int = 100) -> float | None:
         """The share of the GPU: cores / the GPU's core total (100 unless HAMi's
         ``deviceCoreScaling`` raised it); None for 0 cores (no cap: HAMi's default)."""
-        if self.cores_pct <= 0 or total_cores <= 0:
-            return None
-        return min(1.0, self.cores_pct / total_cores)
+        return core_fraction(self.cores_pct, total_cores)
+
+
+def core_fraction(cores: float, total_cores: float = 100.0) -> float | None:
+    """A HAMi core allocation as a share of its GPU: ``cores / total_cores``, at most 1; None for 0
+    cores (HAMi's ``defaultCores``: no cap) or no total. The agent (the pod annotation) and the
+    Prometheus path (the scheduler's ``hami_vgpu_core_allocated_ratio``) both price by it."""
+    if cores <= 0 or total_cores <= 0:
+        return None
+    return min(1.0, cores / total_cores)
 
 
 def parse_hami_devices(value: str) -> list[HamiDevice]:
