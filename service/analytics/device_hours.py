@@ -30,6 +30,7 @@ from service.analytics.access import Access
 from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.paging import Page
 from service.analytics.query import PERIOD, LedgerQuery
+from service.analytics.window import check_hours_kept
 from service.ledger import segments
 from service.timeutil import HOUR_S
 
@@ -164,6 +165,7 @@ def usage_frame(
         lo_hour = max(lo_hour, after[0])
     if lo_hour >= hi_hour:
         return _fold(pl.DataFrame(schema=segments.SCHEMA), *(f"gpu_{c}" for c in metric_cols))
+    check_hours_kept(lo_hour)  # segments of pruned days go with their hours: none would be read
     covered = segments.coverage(conn, lo_hour // HOURS_PER_DAY, (hi_hour - 1) // HOURS_PER_DAY)
     if covered is None:
         return None

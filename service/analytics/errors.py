@@ -49,3 +49,9 @@ class PageSizeTooLarge(QueryError):
 
 class InvalidArgument(QueryError):
     code = "INVALID_ARGUMENT"
+
+
+class HoursPruned(QueryError):
+    """The answer needs device-level hours that ``gpu-ledger prune`` dropped (docs/rollups.md)."""
+
+    code = "HOURS_PRUNED"

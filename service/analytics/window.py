@@ -21,7 +21,9 @@ a measure that needs one fails to build on it instead of answering wrongly, and
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +48,7 @@ from sqlalchemy import select as sa_select
 
 from service.analytics.access import Access
 from service.analytics.dims import Dimension, Granularity, LedgerFilter
-from service.analytics.errors import InvalidWindow, WindowNotAligned, WindowTooLarge
+from service.analytics.errors import HoursPruned, InvalidWindow, WindowNotAligned, WindowTooLarge
 from service.dbtypes import table_of
 from service.ledger.rollups import GROUP_KEYS, MAXED, SUMMED
 from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
@@ -166,7 +168,39 @@ def access_conditions(table: Any, access: Access) -> list[ColumnElement[bool]]:
     return [or_(*terms)] if terms else [false()]
 
 
+#: The first hour ``ledger_hour`` holds where ``gpu-ledger prune`` dropped the earlier ones, for
+#: the reads being served (:func:`hours_kept_from`); None: nothing pruned, or not checked.
+_HOURS_KEPT_FROM: ContextVar[int | None] = ContextVar("hours_kept_from", default=None)
+
+
+@contextmanager
+def hours_kept_from(first_hour: int | None) -> Iterator[None]:
+    """Within it, a read of device-level hours before ``first_hour`` raises ``HOURS_PRUNED``
+    instead of answering from the hours that are left: the API serves each request in one
+    (``ApiContext.read``). A context variable, not a query field, because the boundary is the
+    database's, read on the request's connection, and every ``ledger_hour`` read of any query
+    must see it."""
+    token = _HOURS_KEPT_FROM.set(first_hour)
+    try:
+        yield
+    finally:
+        _HOURS_KEPT_FROM.reset(token)
+
+
+def check_hours_kept(lo: int) -> None:
+    """Raise ``HOURS_PRUNED`` when hour ``lo`` is before the first hour ``ledger_hour`` holds."""
+    kept = _HOURS_KEPT_FROM.get()
+    if kept is not None and lo < kept:
+        raise HoursPruned(
+            f"this answer reads device-level hours from {hour_start(lo):%Y-%m-%dT%H:%MZ}, but the ledger's "
+            f"hours before {hour_start(kept):%Y-%m-%d} were pruned (gpu-ledger prune): ask for whole UTC "
+            "days, or group and filter only by dimensions the rollups keep (not DEVICE, NODE or WORKLOAD), "
+            "or start the window at the boundary"
+        )
+
+
 def _hour_select(flt: LedgerFilter, access: Access, lo: int, hi: int) -> Select[Any]:
+    check_hours_kept(lo)
     t = HOUR_TABLE
     cols = [t.c[name] for name in SHARED_COLUMNS] + [t.c.hour_index]
     terms = [*filter_conditions(t, flt), *access_conditions(t, access)]

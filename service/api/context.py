@@ -13,7 +13,9 @@ from starlette.concurrency import run_in_threadpool
 
 from service.analytics.access import Access
 from service.analytics.errors import QueryError
+from service.analytics.window import hours_kept_from
 from service.auth.principal import principal_of
+from service.ledger import retention
 from service.limits import Limits
 from service.limits.deadline import DeadlinePassed, is_timeout, sql_deadline
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
@@ -78,7 +80,12 @@ class ApiContext:
         """
 
         def run() -> T:
-            with self.engine.connect() as conn, sql_deadline(conn, self.deadline):
+            # device-level reads of pruned hours fail (HOURS_PRUNED) instead of answering short
+            with (
+                self.engine.connect() as conn,
+                sql_deadline(conn, self.deadline),
+                hours_kept_from(retention.first_kept_hour(conn)),
+            ):
                 return work(conn)
 
         try:

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, delete, select, text
 from service.dbtypes import table_of
 from service.ledger import partitions, version
 from service.models import LedgerHour, LedgerHourSegment, LedgerRetention, WorkloadFact
-from service.timeutil import EPOCH, month_index, month_start
+from service.timeutil import EPOCH, hour_index, month_index, month_start
 
 RETENTION = table_of(LedgerRetention)
 HOUR = table_of(LedgerHour)
@@ -56,6 +56,12 @@ def pruned_before(conn: Connection) -> dt.datetime | None:
         select(RETENTION.c.hours_before).where(RETENTION.c.id == 1)
     ).scalar()
     return value
+
+
+def first_kept_hour(conn: Connection) -> int | None:
+    """The first hour index ``ledger_hour`` holds after a prune, or None where none ran."""
+    before = pruned_before(conn)
+    return None if before is None else hour_index(before)
 
 
 def check_writable(conn: Connection, first_day: int) -> None:
