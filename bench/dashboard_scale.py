@@ -1,6 +1,7 @@
 """Benchmark: dashboard questions over a big synthetic fleet kept in a database between runs.
 
     .venv/bin/python bench/dashboard_scale.py load --database gl_dash_10k --gpus 10000 --days 30
+    .venv/bin/python bench/dashboard_scale.py load --database gl_dash_year --days 365 --hour-retention-days 35
     .venv/bin/python bench/dashboard_scale.py measure --database gl_dash_10k --repeat 10 [--compare]
     .venv/bin/python bench/dashboard_scale.py size --database gl_dash_10k
     .venv/bin/python bench/dashboard_scale.py drop --database gl_dash_10k
@@ -15,9 +16,19 @@ backfill does. The rows come from ``graphql_latency.ledger_frame`` (column-wise:
 device-hour, one in five device-hours split between two workloads), the last ``--days`` whole
 UTC days before today. It prints the time of each step and, per table, the statements' time.
 
+``--hour-retention-days N`` keeps the disk bounded the way a deployment keeps a year: after each
+transaction, the months of ``ledger_hour`` wholly before the last N loaded days are pruned
+(``retention.prune``, as ``gpu-ledger prune`` does: partitions dropped, ``ledger_day`` and the group
+rollups kept). Before a month goes, two of its days are spot-checked (per project, the raw rows'
+cost equals ``ledger_day``'s and ``ledger_group_day``'s) and a week cut mid-day (from day 3 + 7 h to
+day 10 + 7 h) equals ``ledger_group_hour``; that week's raw answer is kept in the database
+(``bench_raw_check.window_cost``) for ``measure``.
+
 ``measure`` starts ``gpu-ledger serve`` on the kept database (answer cache off) and times the
 dashboard questions of ``graphql_latency`` (``--compare``: against the device-level path too),
-printing the load average with each figure; ``size`` prints the tables' sizes; ``drop`` drops it.
+printing the load average with each figure; then, over pruned months, the kept mid-day weeks by
+PROJECT (timed, and equal to their raw rows' sums or it fails) and one by NODE (what the API says
+of device-level hours it no longer holds). ``size`` prints the tables' sizes; ``drop`` drops it.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import os
 import re
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +49,24 @@ from sqlalchemy import Engine, event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graphql_latency import (  # noqa: E402  (bench/ is not a package)
+    COST_BY_PROJECT,
     ENVIRONMENTS,
     HOUR_S,
     MODELS,
+    answer_rows,
     ledger_frame,
     measure_questions,
+    post,
+    start_server,
+    stats,
+    window_of,
 )
 
 from connectors.base import DeviceInfo  # noqa: E402
 from service.db import make_engine, migrate  # noqa: E402
-from service.ledger import partitions, store  # noqa: E402
+from service.ledger import partitions, retention, store  # noqa: E402
 from service.ledger import version as ledger_version  # noqa: E402
+from service.timeutil import EPOCH, month_index, month_start  # noqa: E402
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 SOURCE = "bench"
@@ -113,9 +132,88 @@ class StatementTimes:
         self.seconds[f"{verb} {table}".strip()] += time.perf_counter() - conn.info.pop("_t0")
 
 
-def load_fleet(engine: Engine, gpus: int, first_day: int, days: int, chunk_days: int) -> dict[str, float]:
+#: Raw answers kept in the database for ``measure`` to check the served ones against after the
+#: hours they came from were pruned: per window, project and currency, the sum of ``ledger_hour.cost``.
+RAW_CHECK = "bench_raw_check.window_cost"
+
+
+def project_costs(conn: Any, table: str, column: str, lo: int, hi: int) -> dict[tuple, Any]:
+    """(project, currency) → sum(cost) of ``table``'s rows with ``lo <= column < hi``."""
+    sql = (
+        f"SELECT project, currency, sum(cost) FROM {table} "
+        f"WHERE {column} >= :lo AND {column} < :hi GROUP BY 1, 2"
+    )
+    return {(p, c): v for p, c, v in conn.execute(text(sql), {"lo": lo, "hi": hi}).all()}
+
+
+def spot_check(conn: Any, days: list[int], mid_day_hours: int) -> None:
+    """Before their hours go: each of ``days`` summed by project from the raw rows equals
+    ``ledger_day`` and ``ledger_group_day``; and a window from the first day's ``mid_day_hours``
+    to the last day's, summed from the raw rows, equals ``ledger_group_hour`` and is kept in
+    :data:`RAW_CHECK` for ``measure``. Raises on any difference."""
+    for day in days:
+        raw = project_costs(conn, "ledger_hour", "hour_index", day * 24, day * 24 + 24)
+        for table in ("ledger_day", "ledger_group_day"):
+            rolled = project_costs(conn, table, "day_index", day, day + 1)
+            assert rolled == raw, f"day {day}: {table} differs from ledger_hour: {rolled} != {raw}"
+        print(
+            f"    spot check day {day}: {len(raw)} projects, ledger_hour = ledger_day = ledger_group_day "
+            f"(total {sum(raw.values())})",
+            flush=True,
+        )
+    lo, hi = days[0] * 24 + mid_day_hours, days[-1] * 24 + mid_day_hours
+    raw = project_costs(conn, "ledger_hour", "hour_index", lo, hi)
+    rolled = project_costs(conn, "ledger_group_hour", "hour_index", lo, hi)
+    assert rolled == raw, f"hours {lo}–{hi}: ledger_group_hour differs from ledger_hour"
+    conn.execute(text("CREATE SCHEMA IF NOT EXISTS bench_raw_check"))
+    conn.execute(
+        text(
+            f"CREATE TABLE IF NOT EXISTS {RAW_CHECK} (start_hour int, end_hour int, project text, "
+            "currency text, cost numeric)"
+        )
+    )
+    for (project, currency), cost in raw.items():
+        conn.execute(
+            text(f"INSERT INTO {RAW_CHECK} VALUES (:lo, :hi, :p, :c, :v)"),
+            {"lo": lo, "hi": hi, "p": project, "c": currency, "v": cost},
+        )
+    print(f"    spot check hours {lo}–{hi} (cut mid-day): ledger_hour = ledger_group_hour, kept", flush=True)
+
+
+def prune_past_retention(
+    engine: Engine, first_day: int, last_day: int, retention_days: int, mid_day_hours: int
+) -> list[str]:
+    """What an operator's ``gpu-ledger prune`` keeps ``retention_days`` of hours with: once the
+    loaded days end at ``last_day``, drop the months wholly before the month holding day
+    ``last_day + 1 - retention_days`` (so at least ``retention_days`` whole days of hours stay),
+    after spot-checking two days of each month against its rollups. The partitions dropped."""
+    boundary = month_start(month_index(EPOCH + dt.timedelta(days=last_day + 1 - retention_days)))
+    with engine.begin() as conn:
+        pruned = retention.pruned_before(conn)
+        start = max(EPOCH + dt.timedelta(days=first_day), pruned or EPOCH)
+        if boundary <= start:
+            return []
+        month = month_index(start)
+        while month_start(month) < boundary:
+            first = max(first_day, (month_start(month) - EPOCH).days)
+            spot_check(conn, [first + 3, first + 10], mid_day_hours)
+            month += 1
+    with engine.begin() as conn:  # its own transaction, as the command runs
+        return retention.prune(conn, boundary).partitions_dropped
+
+
+def load_fleet(
+    engine: Engine,
+    gpus: int,
+    first_day: int,
+    days: int,
+    chunk_days: int,
+    hour_retention_days: int = 0,
+    mid_day_hours: int = 7,
+) -> dict[str, float]:
     """Write ``gpus`` devices × ``days`` days from ``first_day`` as the ingest writes them,
-    ``chunk_days`` days per transaction; seconds by step."""
+    ``chunk_days`` days per transaction; with ``hour_retention_days``, prune the hours' months
+    past it as the loading goes (:func:`prune_past_retention`); seconds by step."""
     fleet = devices(gpus)
     ids = [d.device_id for d in fleet]
     timing: dict[str, float] = collections.defaultdict(float)
@@ -139,6 +237,14 @@ def load_fleet(engine: Engine, gpus: int, first_day: int, days: int, chunk_days:
             ledger_version.bump(conn)
             t = time.perf_counter()
         timing["commit"] += time.perf_counter() - t
+        if hour_retention_days:
+            t = time.perf_counter()
+            dropped = prune_past_retention(
+                engine, first_day, lo_day + n - 1, hour_retention_days, mid_day_hours
+            )
+            timing["spot check + prune"] += time.perf_counter() - t
+            if dropped:
+                print(f"    pruned {', '.join(dropped)}", flush=True)
         print(
             f"  days {offset + n}/{days}: {rows.height:,} rows; "
             + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items())
@@ -152,6 +258,64 @@ def load_fleet(engine: Engine, gpus: int, first_day: int, days: int, chunk_days:
         conn.exec_driver_sql("ANALYZE")
     timing["analyze"] = time.perf_counter() - t
     return timing
+
+
+COST_BY_NODE = (
+    """query($w: TimeWindow!){ cost(window:$w, groupBy:[NODE]) { node cost { amount currency } } }"""
+)
+
+
+def measure_pruned(url: str, repeat: int) -> None:
+    """Windows cut mid-day inside pruned months (the ones :func:`spot_check` kept the raw answers
+    of): ``cost(groupBy:[PROJECT])`` timed and held to the raw rows' sums per project, exactly;
+    then the same window by NODE, a device-level dimension the group rollups do not keep, to show
+    what the API says about hours it no longer holds."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        if conn.execute(text("SELECT to_regclass(:t)"), {"t": RAW_CHECK}).scalar() is None:
+            print("no pruned windows were kept (load without --hour-retention-days)")
+            return
+        raw: dict[tuple[int, int], dict[tuple, Decimal]] = collections.defaultdict(dict)
+        for lo, hi, project, currency, cost in conn.execute(text(f"SELECT * FROM {RAW_CHECK}")).all():
+            raw[(lo, hi)][(project, currency)] = cost
+        boundary = retention.pruned_before(conn)
+    engine.dispose()
+    server, target = start_server(url, device_level=False)
+    try:
+        print(f"ledger_hour pruned before {boundary:%Y-%m-%d}; windows cut mid-day in pruned months:")
+        for (lo, hi), expected in sorted(raw.items()):
+            w = window_of(EPOCH + dt.timedelta(hours=lo), EPOCH + dt.timedelta(hours=hi))
+            rows = answer_rows(post(target, COST_BY_PROJECT, {"w": w}))
+            got = {(r["project"], r["cost"]["currency"]): Decimal(r["cost"]["amount"]) for r in rows}
+            assert got == expected, f"{w}: the served answer differs from the raw rows: {got} != {expected}"
+            times = []
+            for _ in range(2 + repeat):
+                t = time.perf_counter()
+                answer_rows(post(target, COST_BY_PROJECT, {"w": w}))
+                times.append((time.perf_counter() - t) * 1000)
+            print(
+                f"  cost(groupBy:[PROJECT]) {w['start']} – {w['end']}: {len(rows)} rows, equal to the raw "
+                f"rows summed before the prune (total {sum(got.values())}); {stats(times[2:])}; "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+        lo, hi = min(raw)
+        w = window_of(EPOCH + dt.timedelta(hours=lo), EPOCH + dt.timedelta(hours=hi))
+        answer = post(target, COST_BY_NODE, {"w": w})
+        if answer.get("errors"):
+            print(
+                f"  cost(groupBy:[NODE]) same window: error {answer['errors'][0].get('extensions')}: "
+                f"{answer['errors'][0]['message']}"
+            )
+        else:
+            total = sum(Decimal(r["cost"]["amount"]) for r in answer_rows(answer))
+            print(
+                f"  cost(groupBy:[NODE]) same window: answered, total {total} vs the raw rows' "
+                f"{sum(raw[(lo, hi)].values())}"
+            )
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def url_of(database: str) -> str:
@@ -185,12 +349,20 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--chunk-days", type=int, default=7, help="days per load transaction")
+    parser.add_argument(
+        "--hour-retention-days",
+        type=int,
+        default=0,
+        help="load: keep at least this many days of ledger_hour, pruning whole months past it (0: keep all)",
+    )
     parser.add_argument("--window-days", type=int, default=30)
     parser.add_argument("--mid-day-hours", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--compare", action="store_true", help="also time the device-level path")
     parser.add_argument(
-        "--questions", default="all", help="comma list of: whole, midday, monthly, effective (default all)"
+        "--questions",
+        default="all",
+        help="comma list of: whole, midday, monthly, effective, pruned (default all)",
     )
     args = parser.parse_args()
     url = url_of(args.database)
@@ -214,7 +386,15 @@ def main() -> None:
         )
         statements = StatementTimes(engine)
         t0 = time.perf_counter()
-        timing = load_fleet(engine, args.gpus, first_day, args.days, args.chunk_days)
+        timing = load_fleet(
+            engine,
+            args.gpus,
+            first_day,
+            args.days,
+            args.chunk_days,
+            args.hour_retention_days,
+            args.mid_day_hours,
+        )
         total = time.perf_counter() - t0
         print(f"loaded in {total:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
         slow = sorted(statements.seconds.items(), key=lambda kv: -kv[1])[:12]
@@ -238,6 +418,8 @@ def main() -> None:
             compare=args.compare,
             only=None if args.questions == "all" else set(args.questions.split(",")),
         )
+        if args.questions == "all" or "pruned" in args.questions.split(","):
+            measure_pruned(url, args.repeat)
 
 
 if __name__ == "__main__":
