@@ -187,7 +187,7 @@ def prune_past_retention(
     loaded days end at ``last_day``, drop the months wholly before the month holding day
     ``last_day + 1 - retention_days`` (so at least ``retention_days`` whole days of hours stay),
     after spot-checking two days of each month against its rollups. The partitions dropped."""
-    boundary = month_start(month_index(EPOCH + dt.timedelta(days=last_day + 1 - retention_days)))
+    boundary = retention.boundary_keeping(retention_days, EPOCH + dt.timedelta(days=last_day + 1))
     with engine.begin() as conn:
         pruned = retention.pruned_before(conn)
         start = max(EPOCH + dt.timedelta(days=first_day), pruned or EPOCH)

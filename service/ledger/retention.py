@@ -84,6 +84,14 @@ def parse_month(value: str) -> dt.datetime:
     return parsed
 
 
+def boundary_keeping(days: int, now: dt.datetime) -> dt.datetime:
+    """The month start to prune before so that at least the last ``days`` days before ``now`` keep
+    their hours: the start of the month holding ``now - days`` (whole months only go)."""
+    if days < 1:
+        raise ValueError(f"keep at least one day of hours, not {days}")
+    return month_start(month_index(now.astimezone(dt.UTC) - dt.timedelta(days=days)))
+
+
 def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = None) -> PruneResult:
     """Drop every ``ledger_hour`` row before ``before`` (a month start, not after the current one)."""
     before = before.astimezone(dt.UTC)

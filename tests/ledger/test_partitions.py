@@ -5,7 +5,8 @@
 * an ingest writing a month without partition creates it in its transaction, moving what the
   DEFAULT partition held of that month; a month's hours are read from its partition alone;
 * prune drops whole months (partitions on PostgreSQL, a DELETE on SQLite), keeps ledger_day and the
-  group rollups, keeps day-aligned answers exact, and refuses later rewrites of pruned days.
+  group rollups, keeps day-aligned answers exact, and refuses later rewrites of pruned days;
+  ``--keep-days N`` prunes the months before the one holding now minus N days.
 """
 
 from __future__ import annotations
@@ -270,6 +271,37 @@ def test_prune_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(_hours(engine)) == 8
     finally:
         engine.dispose()
+
+
+def test_prune_cli_keep_days(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_LEDGER_DATABASE_URL", sqlite_url)
+    engine = make_engine(sqlite_url)
+    try:
+        _put(engine, _rows())
+        runner = CliRunner()
+        for args in ([], ["--before", "2025-02", "--keep-days", "30"]):
+            refused = runner.invoke(app, ["prune", *args])
+            assert refused.exit_code == 2 and "one of --before YYYY-MM or --keep-days N" in refused.output
+        assert runner.invoke(app, ["prune", "--keep-days", "0"]).exit_code == 2
+        # now minus N days falls in February 2025: January goes (a day after midnight changes nothing)
+        days = (dt.datetime.now(UTC) - dt.datetime(2025, 2, 1, tzinfo=UTC)).days
+        kept = runner.invoke(app, ["prune", "--keep-days", str(days + 40), "--dry-run"])
+        assert kept.exit_code == 0 and "would drop 0 hourly ledger rows" in kept.output, kept.output
+        done = runner.invoke(app, ["prune", "--keep-days", str(days)])
+        assert done.exit_code == 0, done.output
+        assert "dropped 8 hourly ledger rows and 1 day segments before 2025-02" in done.output
+        assert len(_hours(engine)) == 8
+    finally:
+        engine.dispose()
+
+
+def test_boundary_keeping() -> None:
+    now = dt.datetime(2026, 12, 2, 10, tzinfo=UTC)
+    assert retention.boundary_keeping(35, now) == dt.datetime(2026, 10, 1, tzinfo=UTC)  # 28 October
+    assert retention.boundary_keeping(1, now) == dt.datetime(2026, 12, 1, tzinfo=UTC)
+    assert retention.boundary_keeping(2, now) == dt.datetime(2026, 11, 1, tzinfo=UTC)  # 30 November
+    with pytest.raises(ValueError, match="at least one day"):
+        retention.boundary_keeping(0, now)
 
 
 def _parent_statistics(engine: Engine) -> int:
