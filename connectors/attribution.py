@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.cgroups import ContainerRef, parse_cgroup
-from connectors.cloud_tags import MAX_FACTS
+from connectors.cloud_tags import MAX_FACTS, NODE_LABEL
 from connectors.cloud_tags import facts as bounded_facts
 from connectors.docker_api import ContainerDetails, DockerEngine
 from connectors.sdk import WorkloadInfo
@@ -186,16 +186,19 @@ def pod_facts(
     container: str | None,
     pod_labels: Mapping[str, str] = {},  # noqa: B006  (read only)
     namespace_labels: Mapping[str, str] = {},  # noqa: B006
+    node_labels: Mapping[str, str] = {},  # noqa: B006
 ) -> dict[str, str]:
     """A pod's container as attribution facts (issue 16's source keys), at most ``MAX_FACTS``: the
-    names first, then pod labels, then namespace labels, each in key order; a label too long
+    names first, then pod labels, then namespace labels, then its node's labels (the ``kubernetes``
+    facts connector; the agent gives those as device tags), each in key order; a label too long
     to push whole is left out."""
     out = {"k8s.namespace": namespace, "k8s.pod": pod} | ({"k8s.container": container} if container else {})
     out |= bounded_facts(pod_labels.items(), "k8s.pod_label:")
-    for key, value in bounded_facts(namespace_labels.items(), "k8s.namespace_label:").items():
-        if len(out) >= MAX_FACTS:
-            break
-        out[key] = value
+    for labels, prefix in ((namespace_labels, "k8s.namespace_label:"), (node_labels, NODE_LABEL)):
+        for key, value in bounded_facts(labels.items(), prefix).items():
+            if len(out) >= MAX_FACTS:
+                break
+            out[key] = value
     return dict(list(out.items())[:MAX_FACTS])
 
 
@@ -375,6 +378,20 @@ class ProcessAttributor:
         return self._users[1]
 
 
+def short_container_id(container_id: str | None) -> str | None:
+    """A container id as workload keys carry it: a runtime's 64-hex id cut to 12, as Docker shows
+    it; any other id whole."""
+    return container_id[:12] if container_id and len(container_id) == 64 else container_id
+
+
+def pod_uid_key(pod_uid: str, container_id: str | None = None) -> str:
+    """The key of a pod's container known only from its cgroup (containerd, CRI-O):
+    ``k8s:<pod-uid>/<container-id[:12]>``, or ``k8s:<pod-uid>`` for the pod's own cgroup. The
+    ``kubernetes`` facts connector (connectors/kube_facts.py) describes the same keys."""
+    short = short_container_id(container_id)
+    return f"k8s:{pod_uid}/{short}" if short else f"k8s:{pod_uid}"
+
+
 def _container_key(
     ref: ContainerRef,
     details: ContainerDetails | None,
@@ -382,14 +399,12 @@ def _container_key(
     pod: str | None,
     container: str | None,
 ) -> str:
-    cid = ref.container_id
-    short = cid[:12] if cid and len(cid) == 64 else cid
     if ref.pod_uid is not None:
         if namespace and pod and container:
             return f"k8s:{namespace}/{pod}/{container}"
-        return f"k8s:{ref.pod_uid}/{short}" if short else f"k8s:{ref.pod_uid}"
+        return pod_uid_key(ref.pod_uid, ref.container_id)
     runtime = "docker" if details is not None else ref.runtime
-    return f"{runtime}:{short}"
+    return f"{runtime}:{short_container_id(ref.container_id)}"
 
 
 def _real_uid(status: str) -> int | None:

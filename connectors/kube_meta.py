@@ -46,6 +46,8 @@ class PodMeta:
     #: container name → GPU UUID → the share of that GPU HAMi gave it (its cores / 100), from the
     #: ``hami.io/vgpu-devices-allocated`` annotation (docs/virtual-gpus.md); empty without HAMi.
     gpu_caps: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: ``spec.nodeName``: where it was scheduled (None while pending)
+    node: str | None = None
 
 
 def pod_meta(pod: Mapping[str, Any]) -> tuple[str, PodMeta] | None:
@@ -58,10 +60,16 @@ def pod_meta(pod: Mapping[str, Any]) -> tuple[str, PodMeta] | None:
     containers: dict[str, str] = {}
     for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
         for c in status.get(kind) or ():
-            cid, cname = c.get("containerID"), c.get("name")
-            if isinstance(cid, str) and isinstance(cname, str) and "://" in cid:
-                containers[cid.split("://", 1)[1]] = cname
-    return uid, PodMeta(ns, name, _labels(meta), containers, _hami_caps(pod, f"{ns}/{name}"))
+            cname = c.get("name")
+            # the running container, and the one a restart replaced (its processes may linger)
+            last = ((c.get("lastState") or {}).get("terminated") or {}).get("containerID")
+            for cid in (last, c.get("containerID")):
+                if isinstance(cid, str) and isinstance(cname, str) and "://" in cid:
+                    containers[cid.split("://", 1)[1]] = cname
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    caps = _hami_caps(pod, f"{ns}/{name}")
+    return uid, PodMeta(ns, name, _labels(meta), containers, caps, node if isinstance(node, str) else None)
 
 
 def _hami_caps(pod: Mapping[str, Any], where: str) -> dict[str, dict[str, float]]:
@@ -99,15 +107,24 @@ def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
 
 
 class _Cache:
-    """One kind's objects by key, replaced by a list and changed by watch events."""
+    """One kind's objects by key, replaced by a list and changed by watch events. ``on_remove(key,
+    value)`` hears of each object that left: deleted, or absent from a new list (a relist after
+    410 Gone misses the deletions in between) — called under the lock, so it must not block."""
 
-    def __init__(self, key: Callable[[Mapping[str, Any]], tuple[str, Any] | None]) -> None:
-        self.key, self.lock = key, threading.Lock()
+    def __init__(
+        self,
+        key: Callable[[Mapping[str, Any]], tuple[str, Any] | None],
+        on_remove: Callable[[str, Any], None] | None = None,
+    ) -> None:
+        self.key, self.lock, self.on_remove = key, threading.Lock(), on_remove
         self.items: dict[str, Any] = {}
 
     def replace(self, objects: list[Mapping[str, Any]]) -> None:
         items = dict(filter(None, map(self.key, objects)))
         with self.lock:
+            if self.on_remove is not None:
+                for key in self.items.keys() - items.keys():
+                    self.on_remove(key, self.items[key])
             self.items = items
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -116,9 +133,15 @@ class _Cache:
             return
         with self.lock:
             if kind == "DELETED":
-                self.items.pop(entry[0], None)
+                gone = self.items.pop(entry[0], None)
+                if gone is not None and self.on_remove is not None:
+                    self.on_remove(entry[0], gone)
             else:
                 self.items[entry[0]] = entry[1]
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return dict(self.items)
 
     def get(self, key: str) -> Any:
         with self.lock:
@@ -134,7 +157,9 @@ def _named(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
 class KubeMetadata:
     """This node's pods, every namespace's labels and this node's labels (module docstring).
 
-    ``api_client``: a ``kubernetes.client.ApiClient``. ``node``: this node's name.
+    ``api_client``: a ``kubernetes.client.ApiClient``. ``node``: this node's name; None: every
+    pod and every node of the cluster (the ``kubernetes`` facts connector, connectors/kube_facts.py).
+    ``on_pod_removed(uid, PodMeta)``: told of each pod that left the cache (``_Cache``).
     ``watch_timeout_s``: how long the server keeps one watch open before we watch again.
     ``backoff_s``: (first, most) seconds between tries while the API fails.
     """
@@ -142,11 +167,12 @@ class KubeMetadata:
     def __init__(
         self,
         api_client: Any,
-        node: str,
+        node: str | None,
         *,
         watch_timeout_s: int = 300,
         request_timeout_s: float = 10.0,
         backoff_s: tuple[float, float] = (1.0, 60.0),
+        on_pod_removed: Callable[[str, PodMeta], None] | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -157,15 +183,17 @@ class KubeMetadata:
             request_timeout_s,
             backoff_s,
         )
-        self._pods = _Cache(pod_meta)
+        self._pods = _Cache(pod_meta, on_pod_removed)
         self._namespaces = _Cache(_named)
         self._nodes = _Cache(_named)
         self.stop_event = threading.Event()
         self.synced = {"pods": threading.Event(), "namespaces": threading.Event(), "nodes": threading.Event()}
+        #: per kind, why its loop last failed (None once it lists again)
+        self.last_error: dict[str, str | None] = dict.fromkeys(self.synced)
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def connect(cls, api: str, node: str, **options: Any) -> KubeMetadata:
+    def connect(cls, api: str, node: str | None, **options: Any) -> KubeMetadata:
         """``api``: ``"in-cluster"`` (the pod's service account) or the path of a kubeconfig file.
         Raises the client's ``ConfigException`` (or ``OSError``) when that configuration is unusable."""
         from kubernetes import client, config
@@ -193,22 +221,25 @@ class KubeMetadata:
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._namespaces.get(namespace) or {}
 
-    def node_labels(self) -> Mapping[str, str]:
-        return self._nodes.get(self.node) or {}
+    def node_labels(self, node: str | None = None) -> Mapping[str, str]:
+        """``node``'s labels (this node's when None)."""
+        name = node if node is not None else self.node
+        return (self._nodes.get(name) if name is not None else None) or {}
+
+    def pods(self) -> dict[str, PodMeta]:
+        """Every cached pod by UID (a copy)."""
+        return self._pods.snapshot()
 
     # -- the watch loops --------------------------------------------------------------------
 
     def start(self) -> None:
         api = self._api
+        pods: dict[str, str] = {} if self.node is None else {"field_selector": f"spec.nodeName={self.node}"}
+        nodes: dict[str, str] = {} if self.node is None else {"field_selector": f"metadata.name={self.node}"}
         loops = [
-            (
-                "pods",
-                api.list_pod_for_all_namespaces,
-                {"field_selector": f"spec.nodeName={self.node}"},
-                self._pods,
-            ),
+            ("pods", api.list_pod_for_all_namespaces, pods, self._pods),
             ("namespaces", api.list_namespace, {}, self._namespaces),
-            ("nodes", api.list_node, {"field_selector": f"metadata.name={self.node}"}, self._nodes),
+            ("nodes", api.list_node, nodes, self._nodes),
         ]
         for name, call, selector, cache in loops:
             thread = threading.Thread(
@@ -230,12 +261,13 @@ class KubeMetadata:
                 if failing is not None:
                     log.info("kubernetes api: %s listed again", kind)
                     failing, delay = None, self._backoff_s[0]
+                    self.last_error[kind] = None
                 self._watch(kind, call, selector, cache, version)  # returns on 410: relist
             except Exception as exc:  # noqa: BLE001  (unreachable, 403, garbage: never fatal)
                 why = _describe(exc)
                 if failing is None:
                     log.warning("kubernetes api: %s: %s; labels stay as last seen, retrying", kind, why)
-                failing = why
+                failing = self.last_error[kind] = why
                 self.stop_event.wait(delay)
                 delay = min(delay * 2, self._backoff_s[1])
 

@@ -12,7 +12,8 @@ without anyone running ``reattribute``; nothing else of a row changes. Records t
 read (skipped ones count as accepted: they were read and deliberately left out), ``rejected`` =
 refused. A run with refusals ends DEGRADED (the facts that were read are kept; last_error says how
 many were refused and where to look), one without OK; either moves the watermark to the window's
-end.
+end. A connector with a ``saved(batch)`` method (``kubernetes``: it answers only what changed) is
+told once the batch's facts are committed; a run that fails before never tells it.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def ingest_facts(
                         for r in batch.refused
                     ],
                 )
+        saved = getattr(connector, "saved", None)
+        if callable(saved):  # committed: a source that answers only changes may forget them now
+            saved(batch)
         moved = reattribute(engine, attribution_rules, start, end).rows_changed if attribution_rules else 0
         run.counts.add(
             accepted=batch.read - len(batch.refused), rejected=len(batch.refused), ledger_rows=moved

@@ -60,5 +60,8 @@ class WorkloadFactsSource(Protocol):
     config_model: ClassVar[type[ConnectorConfig]]
 
     def facts(self, start: dt.datetime, end: dt.datetime) -> FactsBatch:
-        """Facts about the workloads that ran in ``[start, end)`` (UTC), as far as the source knows."""
+        """Facts about the workloads that ran in ``[start, end)`` (UTC), as far as the source knows.
+
+        A source may also define ``saved(batch)``: the ingestor calls it once the batch it just
+        returned is committed, so a source that watches (``kubernetes``) can answer only changes."""
         ...

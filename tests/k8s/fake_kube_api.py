@@ -76,6 +76,12 @@ class FakeKubeApi:
             self.events.append((self.version, resource, "DELETED", gone))
             self._changed.notify_all()
 
+    def forget(self, resource: str, obj: dict[str, Any]) -> None:
+        """Remove an object without a watch event: a deletion whose event a compaction took, which
+        only a new list shows."""
+        with self._changed:
+            self.objects[resource].pop(_key(obj))
+
     def compact(self) -> None:
         """Forget every version before now (the store moves on one version, as a compaction
         does): a watch from any version seen so far gets 410 Gone."""

@@ -57,6 +57,7 @@ def test_lists_this_nodes_pods_every_namespace_and_this_node(api: FakeKubeApi, m
         "bert-train-0",
         {"app.kubernetes.io/name": "bert", "team": "nlp", "controller-revision-hash": "bert-train-6b9c7d"},
         {INIT_ID: "fetch-weights", TRAINER_ID: "trainer", SIDECAR_ID: "log-shipper"},
+        node=NODE,
     )
     assert meta.pod("11111111-2222-4333-8444-555555555555") is None  # another node's pod
     assert meta.namespace_labels("ml-research") == {
@@ -196,11 +197,18 @@ def test_garbage_objects_are_skipped() -> None:
             "containerStatuses": [
                 {"name": "c", "containerID": None},
                 {"name": "d", "containerID": "cri-o://ab"},
+                # restarted: the container it replaced is the same name's too
+                {
+                    "name": "e",
+                    "containerID": "cri-o://cd",
+                    "lastState": {"terminated": {"containerID": "cri-o://ef"}},
+                },
             ]
         },
+        "spec": {"nodeName": 17},
     }
     uid, meta = kube_meta.pod_meta(odd) or ("", None)
-    assert (uid, meta) == ("u", PodMeta("n", "p", {}, {"ab": "d"}))
+    assert (uid, meta) == ("u", PodMeta("n", "p", {}, {"ab": "d", "ef": "e", "cd": "e"}))
 
 
 def test_in_cluster_outside_a_cluster_is_a_clear_error() -> None:
