@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 CLOUD_TAG = "cloud.tag:"
 NODE_LABEL = "k8s.node_label:"
+#: A GCP project's label (the billing export's ``project.labels``): the project's, not the machine's
+PROJECT_LABEL = "cloud.project_label:"
 MAX_FACTS = 200
 MAX_CHARS = 300
 

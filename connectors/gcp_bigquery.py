@@ -48,6 +48,8 @@ BQ_COLUMNS: dict[str, tuple[str, ...] | None] = {
 }
 _BQ_REQUIRED = ("sku", "usage_start_time", "usage_end_time", "cost", "currency")
 BQ_TIMES = ("usage_start_time", "usage_end_time", "export_time")
+#: Columns read after row keys were defined, left out of the key (re-imports keep their keys)
+UNKEYED = ("project_labels",)
 
 
 def bigquery_module() -> Any:
@@ -113,6 +115,10 @@ def build_query(table_id: str, schema: Sequence[Any], partitioning: Any = None) 
             f"ARRAY(SELECT AS STRUCT {', '.join(parts)} FROM UNNEST(credits) AS c WITH OFFSET AS o"
             " ORDER BY o) AS credits"
         )
+    if "project" in fields and "labels" in {f.name for f in fields["project"].fields}:
+        # beside the record, not in it: a row's key (bigquery_record) stays what it was before
+        # project labels were read, so re-imports replace the lines imported then
+        items.append("project.labels AS project_labels")
     where = ["usage_start_time >= @start", "usage_start_time < @end"]
     if partitioning is not None:
         column = getattr(partitioning, "field", None) or "_PARTITIONTIME"
@@ -129,7 +135,8 @@ def _text_times(value: Any) -> Any:
 def bigquery_record(row: Any, line: int) -> dict[str, Any]:
     """A result row as the nested record a JSONL export holds (text leaves), ``_line`` and its key."""
     record = {name: _text_times(value) if name in BQ_TIMES else value for name, value in row.items()}
-    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    keyed = {name: value for name, value in record.items() if name not in UNKEYED}
+    canonical = json.dumps(keyed, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     record["_key"] = "sha1:" + hashlib.sha1(canonical.encode()).hexdigest()
     record[LINE] = line
     return record

@@ -24,7 +24,9 @@ Mapping decisions (docs/formats.md §5.2, docs/design.md §4):
   those are rendered to their shortest text first (the export itself is the float then).
 * ``billed_cost`` = ``effective_cost`` = ``cost + Σ credits[].amount`` (credits are negative and
   reduce the invoice); ``list_cost`` = ``cost_at_list`` when present, else ``cost`` (gross, before
-  credits). Credits per type are kept in ``tags`` as ``"gcp:credit:<TYPE>": "<sum>"``.
+  credits). Credits per type are kept in ``tags`` as ``"gcp:credit:<TYPE>": "<sum>"``, the
+  project's labels (``project.labels``) as ``"gcp:project_label:<key>"`` after the resource's own
+  ``labels`` (service.billing.tags makes them ``cloud.project_label:<key>`` facts).
 * GCE bills a GPU VM as separate SKU rows (GPU, core, RAM, local SSD), tied by
   ``resource.global_name``. A GPU SKU row (``…GPU…`` in the SKU description) has
   ``is_gpu_sku = true`` and ``gpu_hours`` = its usage in hours (``amount_in_pricing_units`` when
@@ -126,6 +128,7 @@ from connectors.gcp_flat import (
     JSON_CELLS,
     LABELS,
     NESTED,
+    PROJECT_LABEL_TAG,
     RECORD_CELLS,
     REQUIRED,
     from_flat,
@@ -181,6 +184,7 @@ _BQ_FRAME: dict[str, pl.DataType] = {
         for c, f in BQ_COLUMNS.items()
     },
     "credits": CREDITS,
+    "project_labels": LABELS,
 }
 
 
@@ -563,6 +567,7 @@ class _GcpFile:
 _NESTED_SPELLED = {
     **{c: ".".join(p) for c, p in NESTED.items()},
     **{c: c for c in ("credits", "labels", "system_labels")},
+    "project_labels": "project.labels",
 }
 
 
@@ -650,11 +655,15 @@ def _from_nested(frame: pl.DataFrame, file: str, *, require: bool = True) -> pl.
     resource = frame.schema.get("resource")
     if isinstance(resource, pl.Struct) and "global_name" not in {f.name for f in resource.fields}:
         no_global_name(file, "resource.global_name")
+    project = frame.schema.get("project")
+    if isinstance(project, pl.Struct) and "labels" in {f.name for f in project.fields}:
+        frame = frame.with_columns(pl.col("project").struct.field("labels").alias("project_labels"))
     return frame.select(
         pl.col(LINE).cast(pl.Int64),
         *(_path(frame, p).alias(c) for c, p in NESTED.items()),
         machine_spec(_typed_list(frame, "system_labels", LABELS)).alias("machine_spec"),
         _typed_list(frame, "labels", LABELS).alias("_labels"),
+        _typed_list(frame, "project_labels", LABELS).alias("_project_labels"),
         _typed_list(frame, "credits", CREDITS).alias("_credits"),
         pl.lit(None, pl.String).alias("credits_total"),
         *(pl.lit(False).alias(f"_{c}_bad") for c in JSON_CELLS),
@@ -773,7 +782,11 @@ def _checks(frame: pl.DataFrame, file: str, spelled: dict[str, str]) -> Split:
     checks.add("credits", "credits are not a list of {name, amount, type} (JSON)", pl.col("_credits_bad"))
     bad_amount = pl.col("_credit_amount_bad").fill_null(False)
     checks.add("credits", "a credit amount that is not a number", bad_amount)
-    for name, what in (("labels", "labels"), ("system_labels", "system labels: no machine type")):
+    for name, what in (
+        ("labels", "labels"),
+        ("system_labels", "system labels: no machine type"),
+        ("project_labels", "project labels"),
+    ):
         reason = f"not a list of {{key, value}} (JSON): the {what} dropped"
         checks.flag(name, "unreadable_json", reason, pl.col(f"_{name}_bad"))
     for record in RECORD_CELLS:
@@ -883,8 +896,18 @@ def _to_lines(good: pl.DataFrame, file: str, facts: pl.DataFrame) -> pl.DataFram
             json_text(pl.element().struct.field("value")),
         )
     )
+    # The project's labels beside the resource's, marked so that a key both carry stays two facts
+    # (service.billing.tags: cloud.project_label:<key>).
+    project_labels = pl.col("_project_labels").list.eval(
+        pl.format(
+            "{}:{}",
+            json_text(pl.lit(PROJECT_LABEL_TAG) + pl.element().struct.field("key")),
+            json_text(pl.element().struct.field("value")),
+        )
+    )
+    no_text = pl.lit([], pl.List(pl.String))
     fragments = pl.concat_list(
-        labels.fill_null(pl.lit([], pl.List(pl.String))), pl.col("_credit_tags").fill_null("")
+        labels.fill_null(no_text), project_labels.fill_null(no_text), pl.col("_credit_tags").fill_null("")
     )
     tag_text = fragments.list.eval(pl.element().filter(pl.element() != "")).list.join(",")
     lines = good.select(

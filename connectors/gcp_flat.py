@@ -20,6 +20,9 @@ import polars as pl
 from connectors.billing_io import LINE, require_columns
 from connectors.sdk import BillingFileError
 
+#: How ``billing_line.tags`` marks a project label (``project.labels``) beside the resource's own
+#: labels; :mod:`service.billing.tags` turns it into ``cloud.project_label:<key>``.
+PROJECT_LABEL_TAG = "gcp:project_label:"
 LABELS = pl.List(pl.Struct({"key": pl.String(), "value": pl.String()}))
 CREDITS = pl.List(pl.Struct({"name": pl.String(), "amount": pl.String(), "type": pl.String()}))
 
@@ -80,6 +83,7 @@ JSON_CELLS: dict[str, tuple[str, ...]] = {
     "credits": ("credits", "credits_json"),
     "labels": ("labels", "labels_json"),
     "system_labels": ("system_labels", "system_labels_json"),
+    "project_labels": ("project_labels", "project_labels_json"),
 }
 #: Records a flat file may hold whole in one cell (pandas' ``to_csv`` of a query's rows writes a
 #: RECORD column so): their fields are read where the file has no column of their own.
@@ -109,6 +113,7 @@ def from_flat(frame: pl.DataFrame, file: str) -> tuple[pl.DataFrame, dict[str, s
         "credits": (CREDITS, _credit_list),
         "labels": (LABELS, _label_list),
         "system_labels": (LABELS, _label_list),
+        "project_labels": (LABELS, _label_list),
     }
     for name, spellings in JSON_CELLS.items():
         source = next((s for s in spellings if s in frame.columns), None)
@@ -146,7 +151,27 @@ def _record_cells(frame: pl.DataFrame, spelled: dict[str, str]) -> tuple[pl.Data
         frame = _decode_cells(frame, record, dtype, _record_of(tuple(fields.values())))
         frame = frame.with_columns(pl.col(f"_{record}").struct.field(f).alias(c) for c, f in fields.items())
         spelled.update({c: f"{spelled.get(record, record)}.{f}" for c, f in fields.items()})
+    if "project" in frame.columns and "project_labels" not in frame.columns:
+        # the project record's labels, as the text a ``project.labels`` cell would hold
+        texts = frame["project"].drop_nulls().unique().to_list()  # decoded once per distinct cell
+        table = pl.DataFrame(
+            {"project": texts, "project_labels": [_project_labels_text(t) for t in texts]},
+            schema={"project": pl.String, "project_labels": pl.String},
+        )
+        frame = frame.join(table, on="project", how="left", maintain_order="left")
+        spelled["project_labels"] = f"{spelled.get('project', 'project')}.labels"
     return frame, spelled
+
+
+def _project_labels_text(cell: str) -> str | None:
+    """A ``project`` record cell's ``labels`` as JSON text (None where the cell is no record: its
+    own finding says so)."""
+    try:
+        record = _loads(cell) if cell.strip() else None
+    except (ValueError, TypeError, AttributeError):
+        return None
+    labels = record.get("labels") if isinstance(record, dict) else None
+    return None if labels is None else json.dumps(_label_list(labels))
 
 
 def _decode_cells(

@@ -46,6 +46,7 @@ FACT_KEYS: tuple[str, ...] = (
 #: is for third-party connectors' own facts (``ext.<anything>``).
 FACT_PREFIXES: tuple[str, ...] = (
     "cloud.tag:",
+    "cloud.project_label:",
     "k8s.pod_label:",
     "k8s.namespace_label:",
     "k8s.node_label:",

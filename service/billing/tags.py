@@ -16,6 +16,10 @@ Keys, so one rule reads the same tag from the instance and from its bill:
   (``aws:createdBy``) keep their key.
 * What a connector put into ``tags`` that is no tag — GCP's credit sums (``gcp:credit:<TYPE>``),
   Azure's ``azure:unparsed_tags`` (text that was no JSON object) — is no fact.
+* A GCP project's labels (the export's ``project.labels``, kept by the connector as
+  ``gcp:project_label:<key>``) are facts of every resource the project bills, under their own key
+  ``cloud.project_label:<key>``: a label of the project is not one of the machine, and a rule says
+  which wins (docs/cloud-tags.md, "Project labels").
 * Bounded as every source's facts are (:func:`connectors.cloud_tags.facts`).
 
 Per resource, a key's value is the one of the latest line (by charge start) that carries it: a
@@ -38,7 +42,8 @@ from dataclasses import replace
 import polars as pl
 from sqlalchemy import Connection, func, select
 
-from connectors.cloud_tags import MAX_FACTS, facts
+from connectors.cloud_tags import CLOUD_TAG, MAX_FACTS, PROJECT_LABEL, facts
+from connectors.gcp_flat import PROJECT_LABEL_TAG
 from connectors.sdk import DeviceInfo
 from service.attribution import FACTS_DTYPE, OWNER_COLUMNS, AttributionRule, attribute, facts_series
 from service.dbtypes import UTCDateTime, table_of
@@ -52,14 +57,24 @@ _CHUNK = 5000
 
 
 def tag_key(provider: str | None, key: str) -> str | None:
-    """The key a bill's tag has as a fact (module docstring); None for what is no tag."""
-    if key.startswith(NOT_TAGS):
+    """The key a bill's tag has after ``cloud.tag:`` (module docstring); None for what is no tag
+    of the machine (the connectors' own entries, a GCP project's labels)."""
+    if key.startswith(NOT_TAGS) or key.startswith(PROJECT_LABEL_TAG):
         return None
     if provider == "aws":
         for marker in ("user:", "user_"):
             if key.startswith(marker) and len(key) > len(marker):
                 return key[len(marker) :]
     return key
+
+
+def fact_key(provider: str | None, key: str) -> str | None:
+    """The whole fact key of a bill's tag: ``cloud.tag:<key>``, or ``cloud.project_label:<key>``
+    for a GCP project's label; None for what is no tag."""
+    if provider == "gcp" and key.startswith(PROJECT_LABEL_TAG) and len(key) > len(PROJECT_LABEL_TAG):
+        return PROJECT_LABEL + key[len(PROJECT_LABEL_TAG) :]
+    tag = tag_key(provider, key)
+    return None if tag is None else CLOUD_TAG + tag
 
 
 def tag_facts(provider: str | None, text: str | None) -> dict[str, str]:
@@ -73,8 +88,8 @@ def tag_facts(provider: str | None, text: str | None) -> dict[str, str]:
         return {}
     if not isinstance(tags, dict):
         return {}
-    pairs = ((tag_key(provider, str(k)), v) for k, v in tags.items() if isinstance(v, str | int | float))
-    return facts((k, v) for k, v in pairs if k is not None)
+    pairs = ((fact_key(provider, str(k)), v) for k, v in tags.items() if isinstance(v, str | int | float))
+    return facts(((k, v) for k, v in pairs if k is not None), prefix="")
 
 
 def resource_facts(

@@ -10,7 +10,8 @@ rules name its owners. Hand totals from the fixture README:
   batch-eval = R4 24 × 11.3481 = 272.3544 (the EBS volume is no GPU: not in the ledger).
 * Azure: pretrain-70b = A1 708 × 62.24 = 44,065.92; chat-serving = A2 246 × 98.32 = 24,186.72;
   batch-eval = A3 48 × 19.664 = 943.872 (the unused reservation bills no resource).
-* GCP (labels ``team`` and ``workload``, no project label): inference = G2 12 × 0.729998 =
+* GCP (resource labels ``team`` and ``workload``; project label ``env = prod``, which no rule
+  here reads — ``cloud.project_label:env``): inference = G2 12 × 0.729998 =
   8.759976; llm-research = G1 after its promo credit: Σ of its rows 1,440.8434919452054784…, each
   of its 16 hourly spans rounded half-even to 1e-9 once (design §4): 101.112718246575… → …247, so
   16 × 0.4246575e-9 = 6.79e-9 more = 1,440.843491952.
@@ -65,12 +66,18 @@ def test_bill_tag_keys_as_the_instance_names_them() -> None:
     assert tag_key("gcp", "user_team") == "user_team"  # only AWS bills mark user tags
     assert tag_key("gcp", "gcp:credit:PROMOTION") is None
     assert tag_key("azure", "azure:unparsed_tags") is None
+    assert tag_key("gcp", "gcp:project_label:env") is None  # the project's, not the machine's
     assert tag_facts("aws", '{"user_team": "llm", "user_project": "p", "aws:createdBy": "x"}') == {
         "cloud.tag:aws:createdBy": "x", "cloud.tag:project": "p", "cloud.tag:team": "llm",
     }  # fmt: skip
     assert tag_facts("gcp", '{"team": "a", "gcp:credit:PROMOTION": "-88.48", "n": 3}') == {
         "cloud.tag:n": "3", "cloud.tag:team": "a",
     }  # fmt: skip
+    # a project label and a resource label of one key stay two facts; only GCP bills mark them
+    assert tag_facts("gcp", '{"team": "a", "gcp:project_label:team": "b", "gcp:project_label:": "c"}') == {
+        "cloud.project_label:team": "b", "cloud.tag:team": "a",
+    }  # fmt: skip
+    assert tag_facts("aws", '{"gcp:project_label:team": "b"}') == {}
     for hostile in (None, "", "not json", "[1, 2]", '"text"', '{"k": {"nested": 1}}', '{"k": null}'):
         assert tag_facts("aws", hostile) == {}
 
@@ -143,7 +150,38 @@ def test_gcp_labels_own_the_spend_and_credits_are_no_tags(engine: Engine) -> Non
             select(Device.tags).where(Device.device_id == "4815162342108301234/unmonitored")
         ).scalar_one()
     tags = json.loads(tags) if isinstance(tags, str) else tags
-    assert tags == {"cloud.tag:team": "llm-research", "cloud.tag:workload": "pretrain"}  # no credit
+    assert tags == {  # no credit; the project's label under its own key
+        "cloud.tag:team": "llm-research", "cloud.tag:workload": "pretrain", "cloud.project_label:env": "prod",
+    }  # fmt: skip
+
+
+def test_a_resource_label_and_a_project_label_rule_order_decides(engine: Engine) -> None:
+    """The export's ``project.labels`` are facts of every resource the project bills; which of a
+    resource's and its project's label names the owner is the rules' order (first non-empty wins)."""
+    rules = [
+        AttributionRule(name="team-from-resource", source="cloud.tag:team", dimension="team"),
+        AttributionRule(name="team-from-project", source="cloud.project_label:team", dimension="team"),
+    ]
+    start = dt.datetime(2025, 9, 3, 0, tzinfo=dt.UTC)
+    both = '{"team": "vision", "gcp:project_label:team": "platform"}'
+    project_only = '{"gcp:project_label:team": "platform", "gcp:project_label:env": "prod"}'
+    add(engine, [
+        line("111", start, start + dt.timedelta(hours=1), "8.00", provider="gcp", gpu_count=1,
+             gpu_hours=Decimal(1), instance_type="a2-highgpu-1g", tags=both),
+        line("222", start, start + dt.timedelta(hours=1), "3.00", provider="gcp", gpu_count=1,
+             gpu_hours=Decimal(1), instance_type="a2-highgpu-1g", tags=project_only),
+    ])  # fmt: skip
+    reprice(engine, SEP, OCT, attribution_rules=rules)
+    assert _cost_by(engine, D.TEAM, D.OWNER_RULE) == {
+        ("vision", "team-from-resource"): Decimal("8.00"),
+        ("platform", "team-from-project"): Decimal("3.00"),
+    }
+    with engine.connect() as conn:
+        facts = resource_facts(conn, ["111", "222"], SEP, OCT)
+    assert {r: {f["key"]: f["value"] for f in fs} for r, fs in facts.iter_rows()} == {
+        "111": {"cloud.project_label:team": "platform", "cloud.tag:team": "vision"},
+        "222": {"cloud.project_label:env": "prod", "cloud.project_label:team": "platform"},
+    }
 
 
 def _p5_hour(resource: str, hour: int, cost: str, tags: str | None) -> Any:

@@ -19,6 +19,7 @@ from google.auth.credentials import AnonymousCredentials
 from pydantic import ValidationError
 
 from connectors.base import ConfigurationError, FatalSourceError, RetriableError
+from connectors.gcp_bigquery import bigquery_record
 from connectors.gcp_billing import GcpBillingConfig, GcpBillingConnector
 
 JSONL = Path(__file__).parent.parent / "fixtures" / "gcp" / "billing_export_resource_v1_2025-09.jsonl"
@@ -210,3 +211,16 @@ def test_config_bigquery_keys() -> None:
         GcpBillingConfig(name="b", type="gcp_billing", path="/x", credentials_file="/k.json")
     config = GcpBillingConfig(name="b", type="gcp_billing", bigquery_table="example.com:proj-1.ds.t_1")
     assert config.page_size == 5000
+
+
+def test_project_labels_are_read_but_left_out_of_a_rows_key() -> None:
+    """``project.labels`` is selected beside the record (``project_labels``) since project labels
+    became facts; a row's key is what it was before, so a re-import replaces the lines of then."""
+    row = {
+        "sku": {"id": "E9C1", "description": "Nvidia H100 80GB GPU"},
+        "cost": "88.48",
+        "project": {"id": "p"},
+    }
+    labelled = {**row, "project_labels": [{"key": "env", "value": "prod"}]}
+    assert bigquery_record(labelled, 1)["_key"] == bigquery_record(row, 1)["_key"]
+    assert bigquery_record({**row, "cost": "88.49"}, 1)["_key"] != bigquery_record(row, 1)["_key"]

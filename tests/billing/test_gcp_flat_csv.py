@@ -223,11 +223,14 @@ def assert_the_rows(lines: pl.DataFrame) -> None:
     assert [r["list_cost"] for r in rows] == [
         Decimal(t) for t in ("2.933908", "0.000032", "0.05", "1.23", "-0.5", "0")
     ]
+    # the project's labels beside the resource's, marked (service.billing.tags: cloud.project_label:)
     assert gpu["tags"] == (
-        '{"team":"ml","cost-center":"42",'
+        '{"team":"ml","cost-center":"42","gcp:project_label:env":"lab",'
         '"gcp:credit:PROMOTION":"-0.000032000","gcp:credit:SUSTAINED_USAGE_DISCOUNT":"-0.586782000"}'
     )
-    assert core["tags"] == '{"team":"ml","cost-center":"42","gcp:credit:PROMOTION":"-0.000032000"}'
+    assert core["tags"] == (
+        '{"team":"ml","cost-center":"42","gcp:project_label:env":"lab","gcp:credit:PROMOTION":"-0.000032000"}'
+    )
     # GPU facts: the machine type from the system labels, for every row of the resource
     assert [r["instance_type"] for r in rows] == ["a2-highgpu-1g"] * 3 + [None] * 3
     assert (gpu["is_gpu_sku"], gpu["gpu_hours"], gpu["gpu_count"]) == (True, Decimal(1), 1)

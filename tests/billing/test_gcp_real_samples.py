@@ -121,7 +121,8 @@ def test_the_nise_csv_and_jsonl_give_the_same_lines_and_gpu_facts() -> None:
     assert vm.height == 24
     assert vm["instance_type"].unique().to_list() == ["a2-highgpu-1g"]
     assert vm["tags"].unique().to_list() == [
-        '{"environment":"ci","project":"p1","gcp:credit:PROMOTION":"-0.000032000"}'
+        '{"environment":"ci","project":"p1","gcp:project_label:step":"chair","gcp:project_label:year":"each",'
+        '"gcp:credit:PROMOTION":"-0.000032000"}'
     ]
     assert vm["effective_cost"].unique().to_list() == [Decimal(0)]
     filled = fill_gpus(vm)
