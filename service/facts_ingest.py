@@ -92,7 +92,9 @@ def ingest_facts(
         saved = getattr(connector, "saved", None)
         if callable(saved):  # committed: a source that answers only changes may forget them now
             saved(batch)
-        moved = reattribute(engine, attribution_rules, start, end).rows_changed if attribution_rules else 0
+        # No new facts, nothing to re-decide (the kubernetes connector's quiet minutes).
+        rerun = attribution_rules and workloads
+        moved = reattribute(engine, attribution_rules, start, end).rows_changed if rerun else 0
         run.counts.add(
             accepted=batch.read - len(batch.refused), rejected=len(batch.refused), ledger_rows=moved
         )

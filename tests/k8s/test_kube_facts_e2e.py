@@ -95,10 +95,14 @@ def test_the_lean_agent_and_the_kubernetes_facts_connector_own_a_containerd_pod(
     )
     try:
         result = ingest_facts(engine, "cluster", facts, START, NOW, attribution_rules=rules)
+        quiet = ingest_facts(engine, "cluster", facts, START, NOW, attribution_rules=rules)
     finally:
         facts.close()
     assert result.status == ConnectorStatus.OK
     assert (result.read, result.accepted, result.workloads, result.ledger_rows) == (2, 2, 12, 1)
+    # the next minute: nothing changed, nothing written, the rules not run again
+    assert (quiet.status, quiet.workloads, quiet.ledger_rows) == (ConnectorStatus.OK, 0, 0)
+    assert quiet.skipped == {"pods unchanged since saved": 2}
     assert {r[0]: r[2:] for r in owners(engine)} == {
         GPU0: (KEY, "research", "nlp", None, "project-from-cost-center"),
         GPU1: ("", None, None, None, None),  # idle: without the kubelet's allocations, nobody's
