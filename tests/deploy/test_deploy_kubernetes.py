@@ -5,7 +5,6 @@ GPU-node placement — with configuration the real loaders accept."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -125,8 +124,9 @@ def test_containers_run_non_root_read_only_with_no_capabilities(key: str, name: 
     assert ctx["allowPrivilegeEscalation"] is False
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["capabilities"] == {"drop": ["ALL"]}
-    # Only the agent talks to the API (its read-only role, agent-rbac.yaml): nothing else gets a token.
-    assert spec["automountServiceAccountToken"] is (key == "DaemonSet/gpu-ledger-agent")
+    # Only the service talks to the API (the kubernetes facts connector's read-only role,
+    # ledger-rbac.yaml): nothing else gets a token — not the agents (issue 13's memory budget).
+    assert spec["automountServiceAccountToken"] is (key == "Deployment/gpu-ledger")
     resources = container(key, name)["resources"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"] and resources["limits"]["memory"]
 
@@ -151,7 +151,14 @@ def test_service_config_and_secret_load_through_the_settings(
         monkeypatch.setenv(name, value)
     settings = load_settings()
     assert settings.database_url.startswith("postgresql+psycopg://")
-    assert [(c.name, c.type) for c in settings.connectors] == [("gpu-nodes", "agent")]
+    assert [(c.name, c.type) for c in settings.connectors] == [
+        ("gpu-nodes", "agent"),
+        ("kubernetes", "kubernetes"),
+    ]
+    kubernetes = settings.connectors[1]
+    assert kubernetes.api == "in-cluster"  # type: ignore[attr-defined]
+    # its facts' keys are what the rules read
+    assert {r.source for r in settings.attribution} == {"k8s.pod_label:gpu-ledger.project", "k8s.namespace"}
     assert [s.name for s in settings.sites] == ["dc1"]
     assert unknown_ledger_vars(env, connector_models(settings)) == []
     # The Job that creates the agents' token names the connector the service has.
@@ -196,17 +203,19 @@ def test_agent_gets_nvml_host_pids_a_spool_on_the_node_and_a_metrics_port() -> N
     assert monitor["spec"]["selector"]["matchLabels"].items() <= metrics["selector"].items()
 
 
-def test_agent_reads_the_api_with_a_read_only_role_and_mounts_the_kubelet_socket() -> None:
-    rules = OBJECTS["ClusterRole/gpu-ledger-agent"]["rules"]
+def test_the_service_reads_the_api_with_a_read_only_role_and_the_agent_mounts_the_kubelet_socket() -> None:
+    rules = OBJECTS["ClusterRole/gpu-ledger-kubernetes-reader"]["rules"]
     assert rules == [{"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"],
                       "verbs": ["get", "list", "watch"]}]  # fmt: skip
-    binding = OBJECTS["ClusterRoleBinding/gpu-ledger-agent"]
-    assert binding["roleRef"]["name"] == "gpu-ledger-agent"
+    binding = OBJECTS["ClusterRoleBinding/gpu-ledger-kubernetes-reader"]
+    assert binding["roleRef"]["name"] == "gpu-ledger-kubernetes-reader"
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "gpu-ledger-agent", "namespace": "gpu-ledger"}
+        {"kind": "ServiceAccount", "name": "gpu-ledger", "namespace": "gpu-ledger"}
     ]
-    assert "ServiceAccount/gpu-ledger-agent" in OBJECTS
-    assert pod_spec("DaemonSet/gpu-ledger-agent")["serviceAccountName"] == "gpu-ledger-agent"
+    assert "ServiceAccount/gpu-ledger" in OBJECTS
+    assert pod_spec("Deployment/gpu-ledger")["serviceAccountName"] == "gpu-ledger"
+    assert "serviceAccountName" not in pod_spec("DaemonSet/gpu-ledger-agent")
+    assert not any(k.endswith("/gpu-ledger-agent") for k in OBJECTS if k.split("/")[0].startswith("Cluster"))
     agent = container("DaemonSet/gpu-ledger-agent", "agent")
     mount = next(m for m in agent["volumeMounts"] if m["name"] == "pod-resources")
     assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
@@ -254,12 +263,11 @@ def test_agent_init_script_renders_a_config_the_agent_loads(tmp_path: Path) -> N
     assert settings.proc_root == Path("/proc")
     assert settings.service_url == "http://gpu-ledger.gpu-ledger.svc"  # the Service, in its namespace
     # The agent's own path to its sampler: source_options validated by NVML's config model (NVML
-    # itself is started on the first sample, so this runs without a GPU).
-    # The API server (in-cluster: the pod's service account) and this node's name; outside a
-    # cluster the client has no service account to read, so the sampler is built without it.
-    assert (settings.kubernetes_api, settings.kubernetes_node) == ("in-cluster", "gpu-node-17")
-    assert spec["serviceAccountName"] == "gpu-ledger-agent" and spec["automountServiceAccountToken"]
-    nvml = load_sampler(dataclasses.replace(settings, kubernetes_api=None)).config
+    # itself is started on the first sample, so this runs without a GPU). No API server and no
+    # kubelet: the lean default (issue 13), which builds the same here as on a GPU node.
+    assert (settings.kubernetes_api, settings.pod_resources_socket) == (None, None)
+    assert spec["automountServiceAccountToken"] is False
+    nvml = load_sampler(settings).config
     assert nvml.node == "gpu-node-17" and nvml.region == "dc1" and nvml.period_s == settings.period_s
     # The agent's connector on the service side exists under the same name.
     service_config = OBJECTS["ConfigMap/gpu-ledger-config"]["data"]["config.toml"]
