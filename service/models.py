@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.dbtypes import UTCDateTime
@@ -185,6 +185,11 @@ class GpuRate(SQLModel, table=True):
     currency: str = Field(max_length=3)
 
 
+def _byte_ordered(length: int) -> String:
+    """A VARCHAR compared byte by byte: ``COLLATE "C"`` on PostgreSQL (SQLite's default is already)."""
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
+
+
 class BillingLine(SQLModel, table=True):
     """One normalized billing line item (``connectors.billing.BILLING_SCHEMA`` plus its source).
 
@@ -194,7 +199,11 @@ class BillingLine(SQLModel, table=True):
 
     __tablename__ = "billing_line"
     __table_args__ = (
-        UniqueConstraint("source", "line_key", name="uq_billing_line_source_key"),
+        # line_key first: its values start with random line item ids, so PostgreSQL sorts the
+        # index's keys at a build by their first bytes (abbreviated keys) — 5.2 → 1.0 s of CPU
+        # for a 1 M-line month, where (source, line_key) compared whole keys behind a constant
+        # source. Lookups give both columns either way.
+        UniqueConstraint("line_key", "source", name="uq_billing_line_source_key"),
         Index("ix_billing_line_resource_start", "resource_id", "charge_start"),
         Index("ix_billing_line_source_file", "source", "source_file"),
     )
@@ -207,7 +216,10 @@ class BillingLine(SQLModel, table=True):
     source: str = Field(max_length=100, description="the billing connector instance")
     source_file: str = Field(max_length=1000)
     line_no: int
-    line_key: str = Field(max_length=200)
+    # COLLATE "C" on PostgreSQL: byte order, the order the server's C.UTF-8 default gives, without
+    # a strcoll per comparison (index builds: line_key with the unique key 5.2 → 1.0 s, resource_id
+    # 3.5 → 2.8 s of CPU per 1 M lines; migration 0015)
+    line_key: str = Field(max_length=200, sa_type=_byte_ordered(200))
     provider: str = Field(max_length=32, index=True)
     billing_account: str | None = Field(default=None, max_length=200)
     account: str | None = Field(default=None, max_length=200)
@@ -217,7 +229,7 @@ class BillingLine(SQLModel, table=True):
     charge_type: str | None = Field(default=None, max_length=60, description="the source's own line type")
     pricing_model: str | None = Field(default=None, max_length=20)
     commitment_id: str | None = Field(default=None, max_length=500)
-    resource_id: str | None = Field(default=None, max_length=500)
+    resource_id: str | None = Field(default=None, max_length=500, sa_type=_byte_ordered(500))
     resource_name: str | None = Field(default=None, max_length=300)
     service: str | None = Field(default=None, max_length=200)
     sku: str | None = Field(default=None, max_length=300)
