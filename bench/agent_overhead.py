@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/agent_overhead.py [--seconds 120] [--fake-nvml] [--gpus 1]
                                              [--entry console|agent|cli] [--tree DIR] [--python EXE]
-                                             [--out DIR]
+                                             [--daemonset] [--out DIR]
 
 Runs the agent — ``--entry console``: ``gpu-ledger agent`` as the installed console script runs it
 (service/agent/entry.py); ``agent``: ``python -m service.agent``; ``cli``: through the typer app,
@@ -18,6 +18,11 @@ same figures during its end-to-end GPU phases (it needs the whole service and Py
 CPU is the agent's ``utime + stime`` (/proc/PID/stat) over the steady state (from 5 s after
 /metrics first answers to the end), as % of one core; peak RSS is ``VmHWM`` (/proc/PID/status).
 The resident memory by mapping (smaps) at the end says what the RSS is.
+
+``--daemonset``: the reference DaemonSet's own agent config (deploy/kubernetes/agent-config.yaml,
+bench/daemonset_config.py) instead of the 1 s one — its period, shipping and source options, the
+host's ``/proc``, no Kubernetes API and no kubelet — with only the service, spool and /metrics port
+moved to the bench's; it runs on any GPU node, no cluster needed.
 
 ``--fake-nvml``: no GPU needed — compiles ``tests/nvml/fake_nvml.c`` with gcc and loads it as
 ``libnvidia-ml.so.1`` through ``LD_LIBRARY_PATH`` (the real pynvml binding calls it), serving
@@ -160,6 +165,7 @@ def main() -> int:
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter (e.g. a venv's) the agent runs on"
     )
+    parser.add_argument("--daemonset", action="store_true", help="the reference DaemonSet's agent config")
     parser.add_argument("--out", type=Path, help="write agent_overhead.json and the agent's log here")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gl-agent-bench-"))
@@ -176,12 +182,19 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", svc_port), Service)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     config = tmp / "agent.toml"
-    config.write_text(
-        f'[agent]\nservice_url = "http://127.0.0.1:{svc_port}"\ntoken = "{TOKEN}"\nname = "bench"\n'
-        f'agent_id = "bench"\nperiod_s = 1\nship_every_s = 5\nspool_dir = "{tmp / "spool"}"\n'
-        f'metrics_host = "127.0.0.1"\nmetrics_port = {metrics_port}\ndocker_socket = "{tmp / "none.sock"}"\n'
-        '[agent.source_options]\nnode = "bench"\n'
-    )
+    if args.daemonset:
+        from daemonset_config import render  # bench/, beside this file
+
+        config.write_text(render(service_url=f"http://127.0.0.1:{svc_port}", token=TOKEN,
+                                 spool_dir=tmp / "spool", metrics_port=metrics_port))  # fmt: skip
+    else:
+        config.write_text(
+            f'[agent]\nservice_url = "http://127.0.0.1:{svc_port}"\ntoken = "{TOKEN}"\nname = "bench"\n'
+            f'agent_id = "bench"\nperiod_s = 1\nship_every_s = 5\nspool_dir = "{tmp / "spool"}"\n'
+            f'metrics_host = "127.0.0.1"\nmetrics_port = {metrics_port}\n'
+            f'docker_socket = "{tmp / "none.sock"}"\n'
+            '[agent.source_options]\nnode = "bench"\n'
+        )
     command = {
         "console": [args.python, "-c", "from service.agent.entry import main; main()", "agent"],
         "agent": [args.python, "-m", "service.agent"],
@@ -218,6 +231,7 @@ def main() -> int:
             "python": platform.python_version(),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "nvml": "fake" if args.fake_nvml else "real",
+            "config": "deploy/kubernetes/agent-config.yaml" if args.daemonset else "1 s bench",
             "gpus_fake": args.gpus if args.fake_nvml else None,
             "startup_s": round(up_s, 2),
             "steady_s": round(t1 - t0, 1),
