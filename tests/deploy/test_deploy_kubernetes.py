@@ -5,10 +5,12 @@ GPU-node placement — with configuration the real loaders accept."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,37 @@ def test_agent_init_script_renders_a_config_the_agent_loads(tmp_path: Path) -> N
     # The agent's connector on the service side exists under the same name.
     service_config = OBJECTS["ConfigMap/gpu-ledger-config"]["data"]["config.toml"]
     assert 'name = "gpu-nodes"\ntype = "agent"' in service_config
+
+
+def test_the_bench_runs_the_daemonsets_agent_config_without_a_cluster(tmp_path: Path) -> None:
+    """bench/agent_overhead.py --daemonset (and agent_k8s_rss's ``daemonset`` mode) render the
+    DaemonSet's own template: what the agent loads is the DaemonSet's config but for where it ships,
+    spools and serves /metrics — and it reads no Kubernetes, so it runs on a GPU node outside one."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "daemonset_config.py"
+    spec = importlib.util.spec_from_file_location("daemonset_config", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = bench.render(service_url="http://127.0.0.1:8123", token="t" * 20, spool_dir=tmp_path / "spool",
+                        metrics_port=9555, node="gpu-node-17")  # fmt: skip
+    rendered = tmp_path / "agent.toml"
+    rendered.write_text(text)
+    rendered.chmod(0o600)
+    settings = load_agent_settings(rendered)
+    assert (settings.service_url, settings.spool_dir, settings.metrics_host, settings.metrics_port) == (
+        "http://127.0.0.1:8123", tmp_path / "spool", "127.0.0.1", 9555
+    )  # fmt: skip
+    # the rest is the DaemonSet's, as the init container renders it
+    data = OBJECTS["ConfigMap/gpu-ledger-agent-config"]["data"]["agent.toml.template"]
+    shipped = tomllib.loads(data.replace("@NODE_NAME@", "gpu-node-17").replace("@AGENT_TOKEN@", "x"))
+    ours = tomllib.loads(text)
+    moved = {"service_url", "token", "spool_dir", "metrics_host", "metrics_port"}
+    assert {k: v for k, v in ours["agent"].items() if k not in moved} == {
+        k: v for k, v in shipped["agent"].items() if k not in moved
+    }
+    assert (settings.kubernetes_api, settings.pod_resources_socket, settings.proc_root) == (
+        None,
+        None,
+        Path("/proc"),
+    )
+    assert load_sampler(settings).config.node == "gpu-node-17"
