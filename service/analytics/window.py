@@ -21,7 +21,8 @@ a measure that needs one fails to build on it instead of answering wrongly, and
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -168,19 +169,20 @@ def access_conditions(table: Any, access: Access) -> list[ColumnElement[bool]]:
     return [or_(*terms)] if terms else [false()]
 
 
-#: The first hour ``ledger_hour`` holds where ``gpu-ledger prune`` dropped the earlier ones, for
-#: the reads being served (:func:`hours_kept_from`); None: nothing pruned, or not checked.
-_HOURS_KEPT_FROM: ContextVar[int | None] = ContextVar("hours_kept_from", default=None)
+#: Where ``gpu-ledger prune`` dropped the earliest hours: how to learn the first hour ``ledger_hour``
+#: holds, for the reads being served (:func:`hours_kept_from`); None: not checked.
+_HOURS_KEPT_FROM: ContextVar[Callable[[], int | None] | None] = ContextVar("hours_kept_from", default=None)
 
 
 @contextmanager
-def hours_kept_from(first_hour: int | None) -> Iterator[None]:
-    """Within it, a read of device-level hours before ``first_hour`` raises ``HOURS_PRUNED``
-    instead of answering from the hours that are left: the API serves each request in one
-    (``ApiContext.read``). A context variable, not a query field, because the boundary is the
-    database's, read on the request's connection, and every ``ledger_hour`` read of any query
-    must see it."""
-    token = _HOURS_KEPT_FROM.set(first_hour)
+def hours_kept_from(first_hour: Callable[[], int | None]) -> Iterator[None]:
+    """Within it, a read of device-level hours before ``first_hour()`` (None: nothing pruned)
+    raises ``HOURS_PRUNED`` instead of answering from the hours that are left: the API serves each
+    request in one (``ApiContext.read``). ``first_hour`` is called once, at the first device-level
+    read, so answers from the rollups alone pay nothing. A context variable, not a query field,
+    because the boundary is the database's, read on the request's connection, and every
+    ``ledger_hour`` read of any query must see it."""
+    token = _HOURS_KEPT_FROM.set(functools.cache(first_hour))
     try:
         yield
     finally:
@@ -189,7 +191,8 @@ def hours_kept_from(first_hour: int | None) -> Iterator[None]:
 
 def check_hours_kept(lo: int) -> None:
     """Raise ``HOURS_PRUNED`` when hour ``lo`` is before the first hour ``ledger_hour`` holds."""
-    kept = _HOURS_KEPT_FROM.get()
+    first_hour = _HOURS_KEPT_FROM.get()
+    kept = first_hour() if first_hour is not None else None
     if kept is not None and lo < kept:
         raise HoursPruned(
             f"this answer reads device-level hours from {hour_start(lo):%Y-%m-%dT%H:%MZ}, but the ledger's "

@@ -80,11 +80,12 @@ class ApiContext:
         """
 
         def run() -> T:
-            # device-level reads of pruned hours fail (HOURS_PRUNED) instead of answering short
+            # device-level reads of pruned hours fail (HOURS_PRUNED) instead of answering short;
+            # the boundary is read only by a query that reads device-level hours
             with (
                 self.engine.connect() as conn,
                 sql_deadline(conn, self.deadline),
-                hours_kept_from(retention.first_kept_hour(conn)),
+                hours_kept_from(lambda: retention.first_kept_hour(conn)),
             ):
                 return work(conn)
 

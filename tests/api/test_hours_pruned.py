@@ -76,16 +76,24 @@ def test_device_level_reads_of_pruned_hours_fail(engine: Engine) -> None:
             ("GPU-a", "USD"): Decimal("4.000000004"),
             ("GPU-b", "EUR"): 10,
         }
-        with hours_kept_from(retention.first_kept_hour(conn)):
-            # the group rollups hold all eight hours: exact
+        lookups: list[int | None] = []
+
+        def first_hour() -> int | None:
+            lookups.append(retention.first_kept_hour(conn))
+            return lookups[-1]
+
+        with hours_kept_from(first_hour):
+            # the group rollups hold all eight hours: exact, and the boundary is not even looked up
             assert _amounts(cost(conn, by_project)) == {
                 ("alpha", "USD"): Decimal("8.000000008"),
                 (None, "EUR"): Decimal(20),
             }
+            assert lookups == []
             with pytest.raises(HoursPruned, match="2025-01-31T20:00Z.*before 2025-02-01 were pruned"):
                 cost(conn, by_device)
             with pytest.raises(HoursPruned):
                 usage(conn, hourly)
+            assert lookups == [hour_index(FEB)]  # once per request
             from_boundary = LedgerQuery(FROM_BOUNDARY, Granularity.TOTAL, (Dimension.DEVICE,), access=ALL)
             assert _amounts(cost(conn, from_boundary)) == {
                 ("GPU-a", "USD"): Decimal("4.000000004"),
