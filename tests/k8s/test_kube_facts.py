@@ -4,6 +4,7 @@ gives them from cgroups alone, and only what changed since the last saved run.""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from collections.abc import Iterator
@@ -11,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, select
 
 from connectors.kube_facts import KubernetesFactsConfig, KubernetesFactsConnector
 from connectors.registry import default_registry
 from connectors.sdk import ConfigurationError, RetriableError
 from connectors.sdk.facts import FactsBatch
+from service.models import ConnectorState, WorkloadFact
+from service.scheduler import Scheduler
 from tests.k8s.fake_kube_api import FakeKubeApi, fake_kube_api
 from tests.k8s.objects import INIT_ID, NODE, POD_UID, SIDECAR_ID, TRAINER_ID, namespace, node, pod
 from tests.k8s.test_kube_meta import eventually
@@ -261,3 +265,30 @@ def test_configured_through_the_registry_and_refused_outside_a_cluster(
         registry.build({"name": "k8s", "type": "kubernetes"})
     with pytest.raises(ConfigurationError, match="api"):
         registry.validate({"name": "k8s", "type": "kubernetes", "api": ""})
+
+
+def test_the_scheduler_runs_it_and_stops_its_watch(api: FakeKubeApi, tmp_path: Path, engine: Engine) -> None:
+    """As ``gpu-ledger serve`` runs it: one task, runs every interval_s; the watch starts with the
+    first run and stops with the scheduler."""
+    config = KubernetesFactsConfig(name="k8s", api=str(api.kubeconfig(tmp_path)), interval_s=3600)
+    source = KubernetesFactsConnector(config)
+    assert not any(e.is_set() for e in source.meta.synced.values())  # built: nothing watched yet
+    now = dt.datetime(2026, 11, 30, 9, 30, tzinfo=dt.UTC)
+    sched = Scheduler(engine, [config], connectors={"k8s": source}, clock=lambda: now)
+
+    async def one_run() -> None:
+        await sched.start()
+        for _ in range(400):
+            with engine.connect() as conn:
+                if conn.execute(select(ConnectorState.__table__.c.watermark)).scalar():  # type: ignore[attr-defined]
+                    break
+            await asyncio.sleep(0.05)
+        await sched.stop()
+
+    asyncio.run(one_run())
+    with engine.connect() as conn:
+        kept = conn.execute(select(WorkloadFact.__table__.c.workload_key)).scalars().all()  # type: ignore[attr-defined]
+        state = conn.execute(select(ConnectorState.__table__)).one()  # type: ignore[attr-defined]
+    assert (state.status, len(kept)) == ("OK", 12) and f"k8s:{POD_UID}/{TRAINER_ID[:12]}" in kept
+    assert source.meta.stop_event.is_set()  # closed with the scheduler
+    api.close_watches()
