@@ -264,9 +264,11 @@ def _ranks(
                 strings.append(pl.Series([None])),
             )
     elif isinstance(column.dtype, pl.Categorical):
-        distinct = column.unique()  # hashes the physical codes, not the strings
-        codes, strings = distinct.to_physical(), distinct.cast(pl.String)
         physical = column.to_physical()
+        heads = _run_heads(physical)
+        # Each distinct value begins some run of equal codes: the runs' first rows hold them all.
+        distinct = (column.gather(heads) if heads is not None else column).unique()
+        codes, strings = distinct.to_physical(), distinct.cast(pl.String)
     else:
         strings = column.unique().drop_nulls()
         codes = pl.Series(np.arange(len(strings), dtype=np.uint32))
@@ -285,10 +287,28 @@ def _ranks(
     lut = np.full(null_code + 1, -1, dtype=np.int64)
     for code, name in zip(codes.to_list(), strings.to_list(), strict=True):
         lut[null_code if code is None else code] = rank.get(name, -1) if name is not None else -1
-    # Gathered by Polars: its allocator keeps freed pages (service/__init__.py), where a fresh
-    # NumPy array of every row costs as much in page faults as the lookup itself.
-    out = pl.Series(lut).gather(physical.fill_null(null_code))
+    if len(present) == 1 and not physical.null_count():  # one value (one metric, no workload)
+        out = pl.repeat(int(lut[present[0]]), len(physical), dtype=pl.Int64, eager=True)
+    else:
+        # Gathered by Polars: its allocator keeps freed pages (service/__init__.py), where a fresh
+        # NumPy array of every row costs as much in page faults as the lookup itself.
+        out = pl.Series(lut).gather(physical.fill_null(null_code))
     return out, pl.Series(names, dtype=pl.String)
+
+
+def _run_heads(physical: pl.Series) -> np.ndarray | None:
+    """The first row of each run of equal codes, when the runs are long (a connector's columns
+    come series after series: a device's or workload's code repeats for a whole series), so
+    that the distinct values are found among a few rows instead of hashing every one. ``None``
+    when the column has nulls or its runs are short."""
+    if physical.null_count() or physical.len() < 2:
+        return None
+    codes = physical.to_numpy()
+    change = np.empty(len(codes), dtype=bool)
+    change[:1] = True
+    np.not_equal(codes[1:], codes[:-1], out=change[1:])
+    heads = np.flatnonzero(change)
+    return heads if len(heads) <= len(codes) // 8 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,14 +364,17 @@ def _order(batch: _Batch) -> _Ordered:
     within[starts[1:] - 1] = False
     chains = frame["dev"].to_numpy()[starts] * _N_METRICS + frame["metric"].to_numpy()[starts]
     distinct_chains = len(np.unique(chains)) == len(chains)
-    if distinct_chains:
+    ts = frame["ts"].to_numpy()
+    rising = ts[1:] > ts[:-1]
+    rising |= ~within
+    if rising.all():
         # Every chain strictly rising in time (as a scrape is): in order, nothing repeated and
         # nothing time-sliced, which is all the key below would tell; so it is not built.
-        ts = frame["ts"].to_numpy()
-        rising = ts[1:] > ts[:-1]
-        rising |= ~within
-        if rising.all():
+        if distinct_chains:
             return _Ordered(frame, frame, False, False, starts)
+        joined = _join_pieces(frame, starts, chains, ts)
+        if joined is not None:
+            return _Ordered(joined[0], joined[0], False, False, joined[1])
     # Packed by Polars: its allocator keeps freed pages (a fresh NumPy key faults every page).
     frame = frame.with_columns(
         key.pack(dev=pl.col("dev"), metric=pl.col("metric"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k")
@@ -369,6 +392,29 @@ def _order(batch: _Batch) -> _Ordered:
     sliced = bool(np.any(within & ~same & (ts[1:] == ts[:-1])))
     unique = _dedupe(frame) if repeated else frame
     return _Ordered(frame, unique, repeated, sliced, starts)
+
+
+def _join_pieces(
+    frame: pl.DataFrame, starts: np.ndarray, chains: np.ndarray, ts: np.ndarray
+) -> tuple[pl.DataFrame, np.ndarray] | None:
+    """``frame`` in chain order, and its chain starts, when it holds each chain in pieces that
+    are each rising in time and follow one another without overlap — the batches of one read
+    concatenated (the ingestor reads a day and its context in day-long requests, each a run of
+    whole chains): the pieces are put in (chain, time) order and gathered once, the rows the
+    sort by key gives, where sorting every key costs several times more. ``None`` otherwise."""
+    ends = np.append(starts[1:], len(ts))
+    order = np.lexsort((ts[starts], chains))  # by chain, then by the piece's first reading
+    chain = chains[order]
+    same = chain[1:] == chain[:-1]
+    if np.any(same & (ts[ends[order[:-1]] - 1] >= ts[starts[order[1:]]])):
+        return None  # two pieces of a chain overlap in time: merged by the sort
+    lengths = (ends - starts)[order]
+    offsets = np.cumsum(lengths) - lengths  # where each piece lands
+    rows = np.repeat(starts[order] - offsets, lengths)
+    rows += np.arange(len(ts))
+    new_chain = np.ones(len(order), dtype=bool)
+    new_chain[1:] = ~same
+    return frame[rows], offsets[new_chain]
 
 
 def _dedupe(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:
@@ -429,28 +475,24 @@ def _presence(
 ) -> tuple[pl.DataFrame, pl.DataFrame, _Grid | None]:
     """Present milliseconds per ledger row; per (dev, ts) reading the time the device's next
     reading names other owners (``_owner_changes``); the scrape's grid when its layout is regular."""
+    aligned = None if ordered.repeated or ordered.sliced else _aligned_readings(ordered.rows, ordered.starts)
+    if aligned is not None:
+        return _aligned_presence(batch, window, *aligned)
     key = batch.reading_key
     k = pl.col("k")
-    aligned = (
-        None if ordered.repeated or ordered.sliced else _aligned_readings(ordered.rows, batch, ordered.starts)
+    # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
+    readings = (
+        batch.frame.group_by(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
+        .agg(pl.col("share").max())
+        .sort("k")
+        .with_columns(
+            key.unpack(k, "dev").alias("dev"),
+            key.unpack(k, "ts").alias("ts"),
+            key.unpack(k, "wl").alias("wl"),
+        )
     )
-    readings, layout = aligned if aligned is not None else (None, None)
-    if readings is None:
-        # One reading per (device, ts, workload) across metrics; the largest share wins, whatever the order.
-        readings = (
-            batch.frame.group_by(key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"))
-            .agg(pl.col("share").max())
-            .sort("k")
-            .with_columns(
-                key.unpack(k, "dev").alias("dev"),
-                key.unpack(k, "ts").alias("ts"),
-                key.unpack(k, "wl").alias("wl"),
-            )
-        )
-        readings = readings.with_columns(
-            _next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next")
-        )
-        readings = _shares(readings, key.prefix(k, "ts"))
+    readings = readings.with_columns(_next_distinct(pl.col("ts"), pl.col("ts"), pl.col("dev")).alias("next"))
+    readings = _shares(readings, key.prefix(k, "ts"))
     gap = pl.col("next") - pl.col("ts")
     intervals = readings.select(
         "dev",
@@ -464,10 +506,53 @@ def _presence(
     )
     dev, wl, share, start, end = (intervals[c].to_numpy() for c in intervals.columns)
     present = _sum_by_row(batch, dev, wl, start, end.copy(), share, "present_ms")
-    grid = None
-    if layout is not None:
-        grid = _Grid(layout, readings["dev"].to_numpy(), readings["ts"].to_numpy(), readings["wl"].to_numpy())
-    return present, _owner_changes(readings, key.prefix(k, "ts")), grid
+    return present, _owner_changes(readings, key.prefix(k, "ts")), None
+
+
+def _aligned_presence(
+    batch: _Batch, window: Window, dev: np.ndarray, ts: np.ndarray, wl: np.ndarray, layout: _Layout | None
+) -> tuple[pl.DataFrame, pl.DataFrame, _Grid | None]:
+    """``_presence`` of aligned readings (``_aligned_readings``: one owner per reading, share 1,
+    each device's readings in time order), in NumPy: a reading's next one is the following row
+    when it is the same device's. Every share is 1, so the present time is whole milliseconds,
+    and summing each run of equal ledger row first, then the runs, gives the general path's
+    floats exactly (any order does). Only the readings whose owners change within ``max_gap``
+    after them are returned for ``_cut``, with their reading number ``r``."""
+    same_dev = dev[1:] == dev[:-1]
+    follows = same_dev & (ts[1:] - ts[:-1] <= window.presence_ms)  # the next reading is in reach
+    end = ts + window.max_gap_ms
+    np.copyto(end[:-1], ts[1:], where=follows)
+    # Each reading's first piece begins at its time clipped to the window, in the ledger row of
+    # that hour: the same for the gauges of a regular layout (kept with its grid).
+    start = np.maximum(ts, batch.start)
+    hour = start // HOUR_MS
+    rk = _pack_row(batch, dev, hour, wl)
+    present = _sum_reading_ms(batch, dev, wl, start, hour, rk, end, "present_ms")
+    # Owners change at a reading whose workload differs from its device predecessor's; the
+    # readings whose interval that change cuts (``_owner_changes``, ``_cut``) are those since the
+    # device's previous change or first reading that lie within ``max_gap`` before it: walked
+    # back from every change at once, a step per reading in reach (one or two in a scrape).
+    change = np.flatnonzero(same_dev & (wl[1:] != wl[:-1])) + 1
+    rows, untils = [], []
+    if change.size:
+        marks = np.union1d(change, np.flatnonzero(~same_dev) + 1)
+        since = np.append(0, marks)[np.searchsorted(marks, change)]  # the previous mark, or 0
+        back = 1
+        while change.size:
+            r = change - back
+            cut = (r >= since) & (ts[np.maximum(r, 0)] > ts[change] - window.max_gap_ms)
+            change, since, r = change[cut], since[cut], r[cut]
+            rows.append(r)
+            untils.append(ts[change])
+            back += 1
+    r = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    until = np.concatenate(untils) if untils else np.empty(0, dtype=np.int64)
+    cuts = pl.DataFrame(
+        {"r": r, "dev": dev[r], "ts": ts[r], "owners_until": until},
+        schema={"r": pl.Int64, "dev": pl.Int64, "ts": pl.Int64, "owners_until": pl.Int64},
+    ).sort("r")
+    grid = _Grid(layout, dev, ts, wl, start, hour, rk) if layout is not None else None
+    return present, cuts, grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,12 +574,15 @@ class _Grid:
     dev: np.ndarray
     ts: np.ndarray
     wl: np.ndarray
+    start: np.ndarray  # ts clipped to the window's start
+    hour: np.ndarray  # the hour of ``start``
+    rk: np.ndarray  # the ledger row of (dev, hour, wl)
 
 
 def _aligned_readings(
-    rows: pl.DataFrame, batch: _Batch, starts: np.ndarray
-) -> tuple[pl.DataFrame, _Layout | None] | None:
-    """The readings (dev, ts, wl, share = 1, next ts) without a group-by over every sample, when
+    rows: pl.DataFrame, starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Layout | None] | None:
+    """The readings (dev, ts, wl; each share 1) without a group-by over every sample, when
     every metric of each device reports at the same times for the same owner — one scrape, all
     fields — so one chain per device holds all of them. ``None`` when that is not so.
 
@@ -534,12 +622,7 @@ def _aligned_readings(
         is_ref = ref == np.arange(len(starts))
         own, own_lengths = starts[is_ref], lengths[is_ref]  # the reference chains, one per device
         take = np.concatenate([np.arange(a, a + n) for a, n in zip(own, own_lengths, strict=True)])
-    readings = pl.DataFrame({"dev": dev[take], "ts": ts[take], "wl": wl[take]}).with_columns(
-        pl.lit(1.0).alias("share"),
-        batch.reading_key.pack(dev=pl.col("dev"), ts=pl.col("ts"), wl=pl.col("wl")).alias("k"),
-    )
-    same_dev = pl.col("dev").shift(-1) == pl.col("dev")
-    return readings.with_columns(pl.when(same_dev).then(pl.col("ts").shift(-1)).alias("next")), layout
+    return dev[take], ts[take], wl[take], layout
 
 
 def _regular(chain_dev: np.ndarray, lengths: np.ndarray) -> _Layout | None:
@@ -639,14 +722,15 @@ def _grid_gauge_stats(
     last = np.arange(width - 1, len(ts), width)
     end[last] = ts[last] + window.max_gap_ms
     _cut(end, batch, window, owners, grid.dev, ts, _Layout(1, width))
-    start = np.maximum(ts, batch.start)
+    start, hour, rk = grid.start, grid.hour, grid.rk
     np.minimum(end, batch.end, out=end)
     kept = end > start  # per device one stretch of readings (each ends by its successor's start)
-    hour = start // HOUR_MS
-    bound = (hour + 1) * HOUR_MS
+    bound = hour + 1
+    bound *= HOUR_MS
     crossing = np.flatnonzero(kept & (end > bound))
-    w = (np.minimum(end, bound) - start).astype(np.float64)
-    rk = _pack_row(batch, grid.dev, hour, grid.wl)
+    np.minimum(end, bound, out=bound)
+    bound -= start
+    w = bound.astype(np.float64)
     # Runs of equal ledger row among the kept readings of each device; the dropped readings make
     # runs of their own, summed and thrown away (so the kept runs are the chain path's slices).
     new_run = np.empty(len(ts), dtype=bool)
@@ -774,7 +858,9 @@ def _cut(
     """End each row's interval (``end``, in place) where its device's owners change within
     ``max_gap`` after its reading. Such readings are few: with a regular layout their rows are
     computed from their positions, else found by a set lookup of (device, ts)."""
-    cuts = owners.with_row_index("r").filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
+    if "r" not in owners.columns:  # every reading's (the general path); else the cuts alone
+        owners = owners.with_row_index("r")
+    cuts = owners.filter(pl.col("owners_until") < pl.col("ts") + window.max_gap_ms)
     if cuts.is_empty():
         return
     if layout is not None:  # owners are in reading order: reading g·width + p
@@ -1141,6 +1227,43 @@ def _sum_by_row(
         {"rk": np.concatenate(rk) if len(rk) > 1 else rk[0], "x": np.concatenate(x) if len(x) > 1 else x[0]}
     )
     return pieces.group_by("rk").agg(pl.col("x").sum().alias(name))
+
+
+def _sum_reading_ms(
+    batch: _Batch,
+    dev: np.ndarray,
+    wl: np.ndarray,
+    start: np.ndarray,
+    hour: np.ndarray,
+    rk: np.ndarray,
+    end: np.ndarray,
+    name: str,
+) -> pl.DataFrame:
+    """``_sum_by_row`` of readings ``[start, end)`` with every weight 1, ``start`` already clipped
+    to the window and its hour and ledger row given (``end`` is clipped in place): the first
+    pieces summed over each run of equal row in NumPy, then per row over the runs (thousands,
+    where the readings are millions), with the later pieces of the few that cross an hour.
+    Whole milliseconds, so the floats are those of any order of summing."""
+    np.minimum(end, batch.end, out=end)
+    kept = end > start
+    bound = hour + 1
+    bound *= HOUR_MS
+    crossing = np.flatnonzero(kept & (end > bound))
+    np.minimum(end, bound, out=bound)
+    bound -= start  # each reading's first piece, in ms
+    new_run = np.empty(len(rk), dtype=bool)
+    new_run[:1] = True
+    np.not_equal(rk[1:], rk[:-1], out=new_run[1:])
+    new_run[1:] |= kept[1:] != kept[:-1]  # a dropped reading's run is summed and thrown away
+    runs = np.flatnonzero(new_run)
+    kept_runs = kept[runs]
+    keys, sums = [rk[runs][kept_runs]], [np.add.reduceat(bound, runs)[kept_runs] if runs.size else bound]
+    if crossing.size:
+        at, more, more_ms = _later_pieces(crossing, hour[crossing], end)
+        keys.append(_pack_row(batch, dev[at], more, wl[at]))
+        sums.append(more_ms)
+    frame = pl.DataFrame({"rk": np.concatenate(keys), "x": np.concatenate(sums).astype(np.float64)})
+    return frame.group_by("rk").agg(pl.col("x").sum().alias(name))
 
 
 def _empty_row_frame() -> pl.DataFrame:

@@ -147,8 +147,8 @@ def test_a_scrape_takes_the_fast_paths_and_gives_the_hand_computed_rows() -> Non
     batch = normalize_module._encode(samples, WINDOW)
     ordered = normalize_module._order(batch)
     assert (ordered.repeated, ordered.sliced) == (False, False)
-    aligned = normalize_module._aligned_readings(ordered.rows, batch, ordered.starts)
-    assert aligned is not None and aligned[1] is not None  # the fast presence, a regular layout
+    aligned = normalize_module._aligned_readings(ordered.rows, ordered.starts)
+    assert aligned is not None and aligned[3] is not None  # the fast presence, a regular layout
     out = normalize(samples, WINDOW)
     assert out.select("device_id", "hour_index", "workload_key").rows() == [
         ("D", 0, "pod-a"),
