@@ -325,10 +325,18 @@ class _Unit:
     #: of the keys written to it (across its files: the driver checks within a file)
     table: store.UnitTable | None = None
     hashes: KeyHashes | None = None
+    #: lines in ``table``; at store.UNIT_TABLE_LINES it is indexed and joined (one of ``full``),
+    #: and the next begun. ``hashes`` hold the keys of all of them.
+    table_lines: int = 0
+    full: list[store.UnitTable] = field(default_factory=list)
 
     @property
     def sparing(self) -> tuple[int, ...]:
-        return self.table.sparing if self.table is not None else ()
+        """Tables the unit's deletes and key probes of ``billing_line`` leave alone: those it
+        replaces, and its own full tables (its keys are found by their hashes, then looked up)."""
+        if self.table is None:
+            return ()
+        return (*self.table.sparing, *(t.oid for t in self.full))
 
 
 class _Importer:
@@ -369,6 +377,12 @@ class _Importer:
             self.commit()
             self.unit = self._begin(key, period)
         unit = self.unit
+        if unit.table is not None and unit.table_lines >= store.UNIT_TABLE_LINES:
+            # the unit's table is full: indexed now, while the reader thread parses on (its keys
+            # stay in the unit's key hashes), and the next one begun
+            store.finish_unit_table(unit.conn, unit.table, last=False)
+            unit.full.append(unit.table)
+            unit.table, unit.table_lines = store.next_unit_table(unit.conn, unit.table), 0
         given = conform(batch.lines)
         lines = fill_gpus(given, self.catalog)
         # GPU-hours beyond capacity where the count came from the catalog (the driver checked the
@@ -414,7 +428,9 @@ class _Importer:
             summary.finding_list = merge_findings([*summary.finding_list, *batch.findings, *cut])
         currency_mix.count(lines, summary.currencies)
         if unit.table is not None:
-            unit.written += store.copy_lines(unit.conn, unit.table, self.source, lines)
+            copied = store.copy_lines(unit.conn, unit.table, self.source, lines)
+            unit.written += copied
+            unit.table_lines += copied
             assert unit.hashes is not None, "a unit table has its key hashes"
             unit.hashes.add(KeyHashes.of(lines["line_key"]))
         else:
@@ -493,7 +509,7 @@ class _Importer:
         if unit.table is not None and unit.hashes is not None and unit.hashes.count:
             # earlier batches of the unit are in its table, not yet in billing_line
             candidates = keys.filter(pl.Series(unit.hashes.seen(KeyHashes.of(keys))))
-            found = store.unit_keys(unit.conn, unit.table, candidates)
+            found = store.unit_keys(unit.conn, [*unit.full, unit.table], candidates)
             stored = pl.concat([stored, found]).unique("line_key", keep="first", maintain_order=True)
         stored = stored.rename({"source_file": "_seen_file", "line_no": "_seen_line"}).with_columns(
             pl.col("_seen_file").is_in(sorted(self.run_files)).alias("_in_run")

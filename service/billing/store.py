@@ -319,6 +319,11 @@ UNIT_SCHEMA = "billing_line_parts"
 #: ``maintenance_work_mem`` of the index builds at a unit's end: a 10 M-line month's keys sort in
 #: memory instead of in temporary files (the server's default is 64 MB).
 INDEX_BUILD_MEMORY = "256MB"
+#: Lines of one unit table: a larger period goes into several, each indexed (and inherited) as soon
+#: as it is full — on the import's connection, while the reader thread parses the next batch —
+#: instead of every index of the whole month being built after its last line, with nothing left
+#: to parse, and its keys sorted in more than ``INDEX_BUILD_MEMORY``.
+UNIT_TABLE_LINES = 1_000_000
 
 
 _INDEX_DEFINITION = re.compile(
@@ -336,7 +341,9 @@ class UnitTable:
     same columns and no index (``name``, in :data:`UNIT_SCHEMA`), its indexes are built once by
     sorting when the last batch is in, and it joins ``billing_line`` by table inheritance (``ALTER
     TABLE … INHERIT``: SHARE UPDATE EXCLUSIVE on the parent, which readers do not wait for).
-    Queries on ``billing_line`` read its rows; nothing else changes for them. ``replaced``: the
+    Queries on ``billing_line`` read its rows; nothing else changes for them. A period of more
+    than :data:`UNIT_TABLE_LINES` lines gets several such tables (:func:`next_unit_table`), each
+    indexed and inherited once full, still in the import's transaction. ``replaced``: the
     tables of the same source and period an earlier import made (``tableoid``, name), dropped
     when this one joins — all in the import's transaction, so a reader sees the old lines until
     it commits.
@@ -345,6 +352,11 @@ class UnitTable:
     name: str  # schema-qualified, quoted
     oid: int
     replaced: tuple[tuple[int, str], ...]
+    #: where the import's tables start: the first of a period's tables (next_unit_table) and its
+    #: number after the prefix
+    source: str = ""
+    period: tuple[dt.datetime, dt.datetime] | None = None
+    generation: int = 1
 
     @property
     def sparing(self) -> tuple[int, ...]:
@@ -371,7 +383,25 @@ def begin_unit_table(conn: Connection, source: str, period: tuple[dt.datetime, d
         {"schema": UNIT_SCHEMA, "prefix": prefix},
     ).all()
     generation = 1 + max((int(str(name).rsplit("_", 1)[1]) for _, name in old), default=0)
-    name = f'"{UNIT_SCHEMA}"."{prefix}{generation}"'
+    replaced = tuple((int(o), f'"{UNIT_SCHEMA}"."{n}"') for o, n in old)
+    return _create_unit_table(conn, source, period, generation, replaced)
+
+
+def next_unit_table(conn: Connection, unit: UnitTable) -> UnitTable:
+    """The next table of ``unit``'s import (the one before is full: :data:`UNIT_TABLE_LINES`),
+    replacing the same earlier tables."""
+    assert unit.period is not None, "a unit table made by begin_unit_table"
+    return _create_unit_table(conn, unit.source, unit.period, unit.generation + 1, unit.replaced)
+
+
+def _create_unit_table(
+    conn: Connection,
+    source: str,
+    period: tuple[dt.datetime, dt.datetime],
+    generation: int,
+    replaced: tuple[tuple[int, str], ...],
+) -> UnitTable:
+    name = f'"{UNIT_SCHEMA}"."{unit_prefix(source, period[0])}{generation}"'
     # LIKE copies the columns, NOT NULLs, defaults (the id sequence: ids keep growing in import
     # order) and CHECKs; no index, no unique key yet.
     conn.exec_driver_sql(
@@ -383,8 +413,7 @@ def begin_unit_table(conn: Connection, source: str, period: tuple[dt.datetime, d
     quoted = what.replace("'", "''")
     conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS '{quoted}'")
     oid = int(conn.execute(text("SELECT CAST(to_regclass(:t) AS oid)"), {"t": name}).scalar_one())
-    replaced = tuple((int(o), f'"{UNIT_SCHEMA}"."{n}"') for o, n in old)
-    return UnitTable(name, oid, replaced)
+    return UnitTable(name, oid, replaced, source, period, generation)
 
 
 def replaced_by_unit(conn: Connection, unit: UnitTable) -> Deleted:
@@ -401,24 +430,28 @@ def replaced_by_unit(conn: Connection, unit: UnitTable) -> Deleted:
     return Deleted(count, _aware(first), _aware(last))
 
 
-def unit_keys(conn: Connection, unit: UnitTable, keys: pl.Series) -> pl.DataFrame:
-    """Lines of ``unit``'s table (earlier batches of the import) under ``keys``: ``line_key``,
-    ``source_file``, ``line_no``. The table has no index until the end, so this reads it whole:
-    it is asked only about keys whose 64-bit hash an earlier batch of the unit had
-    (``service.billing.keyhashes``), which a CUR in parts almost never repeats."""
+def unit_keys(conn: Connection, tables: Sequence[UnitTable], keys: pl.Series) -> pl.DataFrame:
+    """Lines of an import's unit ``tables`` (its earlier batches) under ``keys``: ``line_key``,
+    ``source_file``, ``line_no``. The last table has no index until it is full, so this reads it
+    whole (the full ones by their unique index): it is asked only about keys whose 64-bit hash an
+    earlier batch of the unit had (``service.billing.keyhashes``), which a CUR in parts almost
+    never repeats."""
     schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
-    if keys.is_empty():
+    if keys.is_empty() or not tables:
         return pl.DataFrame(schema=schema)
-    rows = conn.exec_driver_sql(
-        f"SELECT line_key, source_file, line_no FROM {unit.name} WHERE line_key = ANY(%(keys)s)",
-        {"keys": keys.to_list()},
-    ).all()
+    query = " UNION ALL ".join(
+        f"SELECT line_key, source_file, line_no FROM ONLY {t.name} WHERE line_key = ANY(%(keys)s)"
+        for t in tables
+    )
+    rows = conn.exec_driver_sql(query, {"keys": keys.to_list()}).all()
     return pl.DataFrame([tuple(r) for r in rows], schema=schema, orient="row")
 
 
-def finish_unit_table(conn: Connection, unit: UnitTable) -> None:
+def finish_unit_table(conn: Connection, unit: UnitTable, *, last: bool = True) -> None:
     """Build ``unit``'s indexes (those ``billing_line`` has, whatever migrations added), analyze
-    it, drop the tables it replaces and make it a child of ``billing_line``."""
+    it, drop the tables it replaces (``last``: the import's last table) and make it a child of
+    ``billing_line``. A full table joins before the import's end: in its transaction, so only the
+    import sees its lines — and finds its keys through its unique index, as any stored line's."""
     definitions = conn.execute(
         text("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'billing_line'")
     ).scalars()
@@ -430,7 +463,7 @@ def finish_unit_table(conn: Connection, unit: UnitTable) -> None:
         assert found is not None, f"an index definition as pg_get_indexdef writes it: {definition}"
         conn.exec_driver_sql(f"CREATE {found['unique'] or ''}INDEX ON {unit.name} {found['using']}")
     conn.exec_driver_sql(f"ANALYZE {unit.name}")
-    for _, name in unit.replaced:
+    for _, name in unit.replaced if last else ():
         conn.exec_driver_sql(f"DROP TABLE {name}")
     conn.exec_driver_sql(f"ALTER TABLE {unit.name} INHERIT public.billing_line")
 

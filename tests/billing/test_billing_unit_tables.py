@@ -90,7 +90,7 @@ def test_a_period_lands_in_its_own_table_with_billing_lines_indexes(pg: Engine) 
             text("SELECT count(*) FROM pg_indexes WHERE tablename = :t AND indexdef LIKE 'CREATE UNIQUE%'"),
             {"t": name},
         ).scalar_one()
-        assert unique >= 2  # id, (source, line_key)
+        assert unique >= 2  # id, (line_key, source)
 
 
 @pytest.mark.postgres
@@ -104,6 +104,61 @@ def test_reimporting_a_period_replaces_its_table_and_changes_nothing(pg: Engine)
         assert keys(conn) == before
         tables = unit_tables(conn)
     assert tables == {store.unit_prefix("bills", SEP) + "2": 3}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("same_hash", [False, True])
+def test_a_large_period_fills_several_tables_each_indexed_when_full(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch, same_hash: bool
+) -> None:
+    """At UNIT_TABLE_LINES a unit table is indexed and joined, and the next one begun; a key of a
+    full table repeated later is refused naming its first line (found by its hash, then by its
+    text — with every key given one hash too), and a re-import replaces all the tables."""
+    monkeypatch.setattr(store, "UNIT_TABLE_LINES", 2)
+    if same_hash:
+        monkeypatch.setattr(KeyHashes, "of", staticmethod(lambda keys: np.zeros(len(keys), dtype=np.uint64)))
+    batches = [part(1, ["a", "b"]), part(2, ["c"]), part(3, ["d", "e"]), part(4, ["f", "b"])]
+    result = run(pg, *batches)
+    assert (result.accepted, result.refused) == (6, 1)
+    prefix = store.unit_prefix("bills", SEP)
+    with pg.connect() as conn:
+        reason = conn.exec_driver_sql("SELECT reason FROM rejection").scalar_one()
+        assert reason == "duplicated line item id 'b': first on line 3 of s3://cur/2025-09/a1/part-1.csv"
+        assert unit_tables(conn) == {prefix + "1": 2, prefix + "2": 3, prefix + "3": 1}
+        assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
+        before = keys(conn)
+        assert [k for k, _, _ in before] == ["a", "b", "c", "d", "e", "f"]  # ids in import order
+        indexes = "SELECT regexp_replace(indexdef, '^.* USING ', '') FROM pg_indexes WHERE tablename = :t"
+        parent = sorted(conn.execute(text(indexes), {"t": "billing_line"}).scalars())
+        for name in (prefix + "1", prefix + "2", prefix + "3"):
+            assert sorted(conn.execute(text(indexes), {"t": name}).scalars()) == parent
+    again = run(pg, *batches)
+    assert (again.accepted, again.refused, again.lines_replaced) == (6, 1, 6)
+    with pg.connect() as conn:
+        assert keys(conn) == before
+        assert unit_tables(conn) == {prefix + "4": 2, prefix + "5": 3, prefix + "6": 1}
+
+
+@pytest.mark.postgres
+def test_an_interrupted_period_with_full_tables_leaves_the_old_ones(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "UNIT_TABLE_LINES", 1)
+    run(pg, part(1, ["a"]), part(2, ["b"]))
+    prefix = store.unit_prefix("bills", SEP)
+
+    class Failing:
+        def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+            yield part(1, ["new1"])
+            yield part(2, ["new2"])
+            yield part(3, ["new3"])
+            raise RetriableError("connection reset")
+
+    with pytest.raises(RetriableError):
+        ingest_billing(pg, "bills", Failing(), SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)  # type: ignore[arg-type]
+    with pg.connect() as conn:
+        assert unit_tables(conn) == {prefix + "1": 1, prefix + "2": 1}
+        assert [k for k, _, _ in keys(conn)] == ["a", "b"]
 
 
 @pytest.mark.postgres
