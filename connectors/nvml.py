@@ -13,6 +13,10 @@ A call the driver refuses (``NotSupported``, ``FunctionNotFound``: an older driv
 instance, a board without a power sensor) drops its metrics for that device for good, so it is
 never retried every period; ``metrics_available(device_id)`` says what a device still has.
 Other NVML errors skip that reading this time only.
+
+While a GPU is time-sliced between uncapped workloads, a daemon thread draws its per-process
+utilization every ``process_util_every_s`` between samples (``connectors.nvml_procs``); it
+sleeps while no GPU is shared, and ``close()`` stops it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,6 +161,8 @@ class NvmlSampler:
         self._clock = clock
         self._devices: dict[str, _Device] | None = None
         self._initialised = False
+        self._poller: threading.Thread | None = None
+        self._poller_stop = threading.Event()
 
     # -- public API ------------------------------------------------------------------------
 
@@ -204,13 +211,21 @@ class NvmlSampler:
                     cols["value"].append(value)
                     cols["workload_key"].append(info.workload_key)
                     cols["share"].append(share)
+        shared = any(dev.shares.time_sliced for dev in self._devices.values())
+        if shared and self._poller is None and self.config.process_util_every_s > 0:
+            self._start_poller()
         # Plain lists: the agent spools and exports them as they are, and never needs Polars.
         return SampleBatch.from_columns(
             cols, [d.info for d in self._devices.values()], list(workloads.values())
         )
 
     def close(self) -> None:
-        """Free GPM buffers and shut NVML down (a later call initialises it again)."""
+        """Stop the poller, free GPM buffers and shut NVML down (a later call initialises it
+        again)."""
+        if self._poller is not None:
+            self._poller_stop.set()
+            self._poller.join()
+            self._poller, self._poller_stop = None, threading.Event()
         for dev in (self._devices or {}).values():
             self._drop_gpm(dev)
         self._devices = None
@@ -219,6 +234,25 @@ class NvmlSampler:
             self._initialised = False
 
     # -- readings --------------------------------------------------------------------------
+
+    def _start_poller(self) -> None:
+        """Draw time-sliced GPUs' process utilization between samples, from the first sample
+        that finds one shared until ``close()``: a thread, since ``period_s`` (5 s) is far longer
+        than the driver's ~200 ms windows the draws should spread over."""
+        every_s, stop = self.config.process_util_every_s, self._poller_stop
+
+        def run() -> None:
+            while not stop.wait(every_s):
+                for dev in list((self._devices or {}).values()):
+                    if not dev.shares.time_sliced:
+                        continue
+                    try:
+                        dev.shares.poll()  # NVML's own errors are handled there
+                    except Exception as exc:  # a draw is a refinement: never lose the thread
+                        log.warning("nvml: %s process utilization failed: %s", dev.info.device_id, exc)
+
+        self._poller = threading.Thread(target=run, name="nvml-process-util", daemon=True)
+        self._poller.start()
 
     def _read(self, dev: _Device, now: float) -> dict[str, float]:
         values: dict[str, float] = {}

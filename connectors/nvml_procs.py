@@ -1,9 +1,15 @@
 """Who occupies a GPU, and in what shares: NVML processes → workloads (docs/design.md §2, §4).
 
-Per-process SM utilization (``nvmlDeviceGetProcessUtilization``) returns only the driver's latest
-sample per process, often one of two time-sliced processes, and costs ~2 ms per call on an H200.
-So it is read every ``every_s`` seconds, not every period; a reading's shares hold until the next
-reading, and the ledger averages the shares of many samples over the hour.
+Per-process SM utilization (``nvmlDeviceGetProcessUtilization``): the driver samples the GPU
+every ~200 ms and credits each window to ONE process, and a call returns only each process's
+newest window since the last one seen (measured on the H200, docs/virtual-gpus.md). So summing
+what a call returns would give every sharer one window per call — an even split, whatever the
+work. The tracker instead draws the single newest window at each read: the process the GPU ran
+at that moment, an unbiased draw of the windows. While two or more uncapped workloads share the
+GPU, the sampler's poller thread reads every ``every_s`` seconds (0: at each sample, in the
+caller's thread), the draws accumulate until the next sample, and their smUtil splits the
+sample; the ledger averages the samples over the hour. A read costs ~2.5 ms on an H200, and no
+read is made for a GPU with one owner.
 
 A process with an SM cap in its environment (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` of an MPS
 client, ``CUDA_DEVICE_SM_LIMIT`` of a HAMi container) — or, where the environment is unreadable,
@@ -16,6 +22,7 @@ clients' kernels and is never a workload of its own while a client is listed.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -81,8 +88,11 @@ class ShareTracker:
         self.supported = True
         self._listing = True
         self._last_ts_us = 0  # newest process sample seen: the next read asks for newer ones
-        self._last_read_s = float("-inf")
-        self._weights: dict[str, float] = {}  # workload_key → summed smUtil of the last reading
+        self._weights: dict[str, float] = {}  # workload_key → summed smUtil of the last sample's draws
+        self._drawn: dict[int, float] = {}  # pid → summed smUtil of the windows drawn since
+        self._lock = threading.Lock()  # ``poll`` runs in the sampler's poller thread
+        #: Two or more uncapped workloads share the GPU: the poller reads this device.
+        self.time_sliced = False
         self._proc_root: Path = getattr(attributor, "proc_root", None) or Path("/proc")
         self._caps: dict[int, tuple[float | None, bool]] = {}  # pid → (SM cap, is the MPS server)
         self._device_id = device_id  # the GPU's UUID, for caps the attributor knows (HAMi pods)
@@ -109,9 +119,12 @@ class ShareTracker:
                 capped[info.workload_key] = max(cap, capped.get(info.workload_key, 0.0))
         uncapped = [key for key in workloads if key not in capped]
         # Utilization splits only what caps leave among several uncapped workloads: one owner
-        # needs no reading, and the call costs ~2 ms per GPU.
-        if len(uncapped) > 1 and self.supported and now_s - self._last_read_s >= self._every_s:
-            self._read(by_pid, now_s)
+        # needs no reading, and the call costs ~2.5 ms per GPU.
+        self.time_sliced = len(uncapped) > 1 and self.supported
+        if self.time_sliced:
+            if self._every_s <= 0:
+                self.poll()
+            self._take_draws(by_pid)
         shares, rest = capped_shares(capped, self._weights, uncapped)
         out = [(workloads[key], share) for key, share in shares.items()]
         if rest > 0:
@@ -176,23 +189,38 @@ class ShareTracker:
             self._listing = False
             return []
 
-    def _read(self, by_pid: dict[int, WorkloadInfo], now_s: float) -> None:
+    def poll(self) -> None:
+        """Draw the newest window NVML credited since the last read (all windows at that
+        instant, if several processes share its timestamp) into the draws of this sample."""
         nvml = self._nvml
-        self._last_read_s = now_s
         try:
             samples = nvml.nvmlDeviceGetProcessUtilization(self._handle, self._last_ts_us)
         except nvml.NVMLError_NotFound:
-            return  # no process ran since the last reading: keep the previous shares
+            return  # no window since the last read: nothing to draw
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
             self.supported = False
             return
-        except nvml.NVMLError as exc:  # transient: keep the previous shares
+        except nvml.NVMLError as exc:  # transient: this read draws nothing
             log.warning("nvml: process utilization failed: %s", exc)
             return
+        if not samples:
+            return
+        newest = max(int(sample.timeStamp) for sample in samples)
+        self._last_ts_us = max(self._last_ts_us, newest)
+        with self._lock:
+            for sample in samples:
+                if int(sample.timeStamp) == newest:
+                    self._drawn[sample.pid] = self._drawn.get(sample.pid, 0.0) + sample.smUtil
+
+    def _take_draws(self, by_pid: dict[int, WorkloadInfo]) -> None:
+        """The draws since the last sample, by workload, become this sample's split; with none
+        (no window since, or only from processes gone since), the previous split holds."""
+        with self._lock:
+            drawn, self._drawn = self._drawn, {}
         weights: dict[str, float] = {}
-        for sample in samples:
-            self._last_ts_us = max(self._last_ts_us, int(sample.timeStamp))
-            info = by_pid.get(sample.pid)
+        for pid, sm in drawn.items():
+            info = by_pid.get(pid)
             if info is not None:  # a process gone since: its workload no longer runs here
-                weights[info.workload_key] = weights.get(info.workload_key, 0.0) + sample.smUtil
-        self._weights = weights
+                weights[info.workload_key] = weights.get(info.workload_key, 0.0) + sm
+        if weights:
+            self._weights = weights

@@ -21,7 +21,7 @@ NVML_KEYS: dict[str, Key] = {
     "interval_s": Key("float", 300.0),
     "backfill_days": Key("float", 1.0),
     "period_s": Key("float", 5.0, gt=0),
-    "process_util_every_s": Key("float", 10.0, ge=0),
+    "process_util_every_s": Key("float", 1.0, ge=0),
     "energy_every_s": Key("float", 10.0, ge=0),
     "node": Key("str", factory=socket.gethostname),
     "environment": Key("literal", "onprem", choices=("onprem", "aws", "gcp", "azure")),
@@ -40,7 +40,7 @@ class NvmlSettings:
     interval_s: float = 300.0
     backfill_days: float = 1.0
     period_s: float = 5.0
-    process_util_every_s: float = 10.0
+    process_util_every_s: float = 1.0
     energy_every_s: float = 10.0
     node: str = field(default_factory=socket.gethostname)
     environment: Literal["onprem", "aws", "gcp", "azure"] = "onprem"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -152,6 +153,10 @@ def test_mig_gpu_is_its_instances(fake_nvml: FakeNvml) -> None:
 
 
 def test_time_sliced_shares_follow_process_util_readings(fake_nvml: FakeNvml) -> None:
+    """Read at every sample (``process_util_every_s = 0``), each read draws NVML's newest window:
+    the process the GPU ran at that moment owns the sample. A read returns each process's newest
+    window, so crediting every returned window would give both processes one window a read —
+    a pull toward an even split the H200 showed (docs/virtual-gpus.md)."""
     clock = [0.0]
     s = sampler(fake_nvml, clock, process_util_every_s=0)
     shares = []
@@ -164,31 +169,57 @@ def test_time_sliced_shares_follow_process_util_readings(fake_nvml: FakeNvml) ->
     s.close()
     # Both processes are listed from the first read; A alone computes until 8 s: A reads 99.
     assert shares[0] == {"A": 1.0, "B": 0.0}
-    # The reads that name both split by smUtil; the reads naming only A give A everything.
-    assert shares[8] == pytest.approx({"A": 0.8, "B": 0.2})
-    assert shares[11] == pytest.approx({"A": 0.6, "B": 0.4})
-    assert shares[18] == pytest.approx({"A": 80 / 97, "B": 17 / 97})
+    # Reads naming both: the newer window wins — A's at 9 s and 12 s (149.66 > 149.46 s,
+    # 152.66 > 152.26 s), B's at 15 s and 19.1 s (155.66 > 155.46 s, 159.67 > 159.46 s).
+    assert shares[8] == shares[11] == {"A": 1.0, "B": 0.0}
+    assert shares[14] == shares[18] == {"A": 0.0, "B": 1.0}
     assert shares[9] == {"A": 1.0, "B": 0.0}
-    # While both ran (9–19 s), B's mean share is the average of many reads, not 0 and not 1/2.
+    # While both ran (9–19 s), B's mean share is its count of draws: 2 of 11.
     both = shares[8:19]
-    assert sum(x["B"] for x in both) / len(both) == pytest.approx((0.2 + 0.4 + 0.2 + 17 / 97) / 11)
+    assert sum(x["B"] for x in both) / len(both) == pytest.approx(2 / 11)
     assert shares[19] == {"B": 1.0}  # A exited
     assert shares[-1] == {"": 1.0}  # nothing runs: unallocated
 
 
-def test_process_util_is_read_every_few_seconds_not_every_period(fake_nvml: FakeNvml) -> None:
-    clock = [0.0]
-    s = sampler(fake_nvml, clock, process_util_every_s=5)
+def _wait_for_reads(fake: FakeNvml, reads: int, timeout_s: float = 10.0) -> None:
+    """Until the poller thread made ``reads`` more complete reads (pynvml makes two C calls a read)."""
+    start = fake.calls("nvmlDeviceGetProcessUtilization")
+    deadline = time.monotonic() + timeout_s
+    while fake.calls("nvmlDeviceGetProcessUtilization") < start + 2 * reads:
+        assert time.monotonic() < deadline, "the poller made no reads"
+        time.sleep(0.005)
+
+
+def test_time_sliced_gpu_is_drawn_between_samples_by_the_poller(fake_nvml: FakeNvml) -> None:
+    """With ``process_util_every_s > 0`` the sampling thread never reads process utilization; a
+    poller thread, started by the first sample that finds the GPU shared, draws a window per read
+    and the draws since the last sample split the next one by their smUtil."""
+    both = "414:1,439:1"
+    clock = [1.0]
+    s = sampler(fake_nvml, clock, process_util_every_s=0.01)
+    fake_nvml.write(state(h200(procs="414:1")))  # one owner: no poller
     fake_nvml.reset_calls("nvmlDeviceGetProcessUtilization")
-    rows = timeslice_states()
-    for t, st in rows:
-        fake_nvml.write(st)
-        clock[0] = t
-        s.sample()
-    # Two workloads from 1 s to 19.1 s (B alone from 20.1 s needs no split): reads at 1, 6, 11,
-    # 16.1 s; pynvml makes two C calls per read (the size, then the samples).
-    assert fake_nvml.calls("nvmlDeviceGetProcessUtilization") == 2 * 4
+    assert s.sample().samples["workload_key"].unique().to_list() == ["A"]
+    time.sleep(0.05)
+    assert fake_nvml.calls("nvmlDeviceGetProcessUtilization") == 0
+    fake_nvml.write(state(h200(procs=both, putil="414:70:0:100")))
+    first = s.sample().samples.filter(pl.col("metric") == "temp_c")
+    assert first["share"].to_list() == [0.5, 0.5]  # nothing drawn yet: evenly
+    _wait_for_reads(fake_nvml, 2)  # A's window at 100 µs is drawn, once
+    fake_nvml.write(state(h200(procs=both, putil="414:70:0:100,439:30:0:300")))
+    _wait_for_reads(fake_nvml, 2)  # B's newer window at 300 µs is drawn, once
+    clock[0] = 2.0
+    second = s.sample().samples.filter(pl.col("metric") == "temp_c")
+    split = dict(zip(second["workload_key"], second["share"], strict=True))
+    assert split == pytest.approx({"A": 0.7, "B": 0.3})
+    # No window since: the split holds.
+    clock[0] = 3.0
+    third = s.sample().samples.filter(pl.col("metric") == "temp_c")
+    assert third["share"].to_list() == second["share"].to_list()
     s.close()
+    stopped = fake_nvml.calls("nvmlDeviceGetProcessUtilization")
+    time.sleep(0.05)
+    assert fake_nvml.calls("nvmlDeviceGetProcessUtilization") == stopped  # close() stopped it
 
 
 def test_not_found_keeps_the_previous_shares(fake_nvml: FakeNvml) -> None:

@@ -201,7 +201,7 @@ def test_capped_beside_uncapped_and_caps_over_the_whole(fake_nvml: FakeNvml, tmp
     proc(tmp_path, 701, "hami", {"CUDA_DEVICE_SM_LIMIT": "40"})
     proc(tmp_path, 702, "a", {})
     proc(tmp_path, 703, "b", None)  # unreadable environment: no cap
-    fake_nvml.write(state(h200(util_gpu=90, procs="701:1,702:2,703:3", putil="702:30:5:10,703:10:2:11")))
+    fake_nvml.write(state(h200(util_gpu=90, procs="701:1,702:2,703:3", putil="702:30:5:10,703:10:2:10")))
     s = sampler(fake_nvml, tmp_path)
     assert shares(s) == {"job-701": 0.4, "job-702": pytest.approx(0.45), "job-703": pytest.approx(0.15)}
     s.close()
