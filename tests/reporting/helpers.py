@@ -28,6 +28,8 @@ COLUMN = {
     "user": "user_name",
     "namespace": "namespace",
     "workload": "workload",
+    "vendor": "vendor",
+    "ownerRule": "owner_rule",
 }
 ENUM = {
     "environment": "ENVIRONMENT",
@@ -44,6 +46,8 @@ ENUM = {
     "user": "USER",
     "namespace": "NAMESPACE",
     "workload": "WORKLOAD",
+    "vendor": "VENDOR",
+    "ownerRule": "OWNER_RULE",
 }
 #: Absolute slack of a GPU-hour figure: GraphQL prints 6 decimals (round half-even of the double).
 HOURS_SLACK = 1e-6

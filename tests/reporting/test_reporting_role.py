@@ -30,6 +30,13 @@ VIEWS = {
     "connector_health_v1",
     "connector_runs_v1",
     "devices_v1",
+    # migration 0016: v1 plus vendor and owner_rule
+    "usage_cost_hourly_v2",
+    "usage_cost_daily_v2",
+    "device_usage_cost_hourly_v2",
+    "device_usage_cost_daily_v2",
+    "idle_waste_daily_v2",
+    "devices_v2",
 }
 MONEY = {
     "cost",

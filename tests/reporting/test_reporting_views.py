@@ -357,3 +357,67 @@ def test_connector_and_device_views_equal_graphql(base: str, bi: Connection) -> 
     assert runs and all(r["status"] == "OK" and r["duration_s"] >= 0 for r in runs)
     total = gql(base, "{ devices(first: 1) { totalCount } }")["devices"]["totalCount"]
     assert view_rows(bi, "SELECT count(*) AS n FROM reporting.devices_v1")[0]["n"] == total > 90
+
+
+# --- version 2 (migration 0016): v1 plus vendor and owner_rule -------------------------------------
+
+V2 = {
+    "usage_cost_hourly_v2": ["vendor", "owner_rule"],
+    "usage_cost_daily_v2": ["vendor", "owner_rule"],
+    "device_usage_cost_hourly_v2": ["vendor", "owner_rule"],
+    "device_usage_cost_daily_v2": ["vendor", "owner_rule"],
+    "idle_waste_daily_v2": ["vendor", "owner_rule"],
+    "devices_v2": ["vendor"],
+}
+
+
+def _columns(bi: Connection, view: str) -> list[str]:
+    rows = view_rows(
+        bi,
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'reporting' "
+        "AND table_name = :v ORDER BY ordinal_position",
+        {"v": view},
+    )
+    return [r["column_name"] for r in rows]
+
+
+@pytest.mark.parametrize("view", sorted(V2))
+def test_a_v2_view_is_its_v1_with_the_new_columns_and_the_same_rows(bi: Connection, view: str) -> None:
+    v1, v2 = view.replace("_v2", "_v1"), _columns(bi, view)
+    # v1 untouched; v2 = v1's columns in v1's order with the new ones beside gpu_model / the workload
+    assert [c for c in v2 if c not in V2[view]] == _columns(bi, v1)
+    assert v2.index("vendor") == v2.index("gpu_model") + 1
+    if "owner_rule" in v2:
+        assert v2.index("owner_rule") > v2.index("namespace")
+    common = ", ".join(_columns(bi, v1))
+    diff = view_rows(
+        bi,
+        f"SELECT count(*) AS n FROM ((SELECT {common} FROM reporting.{view} EXCEPT ALL "
+        f"SELECT {common} FROM reporting.{v1}) UNION ALL (SELECT {common} FROM reporting.{v1} "
+        f"EXCEPT ALL SELECT {common} FROM reporting.{view})) AS d",
+    )
+    assert diff[0]["n"] == 0
+
+
+def test_the_v2_group_views_equal_usage_and_cost_by_vendor_and_owner_rule(base: str, bi: Connection) -> None:
+    assert (
+        _usage_case(base, bi, "usage_cost_hourly_v2", "hour_start", "HOUR", ["vendor", "ownerRule"], CUT) > 0
+    )
+    total = _cost_case(
+        base, bi, "usage_cost_daily_v2", "day", "DAY", ["vendor", "ownerRule", "project"], DAYS
+    )
+    assert total > 0
+    _cost_case(base, bi, "device_usage_cost_hourly_v2", "hour_start", "HOUR", ["device", "ownerRule"], CUT)
+    _usage_case(base, bi, "device_usage_cost_daily_v2", "day", "DAY", ["vendor", "node"], DAYS)
+    seen = view_rows(bi, "SELECT DISTINCT vendor, owner_rule, unallocated FROM reporting.usage_cost_daily_v2")
+    assert {r["vendor"] for r in seen} >= {"nvidia"}
+    assert {r["owner_rule"] for r in seen if not r["unallocated"]} - {None}  # owners named by someone
+    assert {r["owner_rule"] for r in seen if r["unallocated"]} <= {None}
+
+
+def test_the_v2_device_inventory_names_each_devices_vendor(base: str, bi: Connection) -> None:
+    answer = gql(base, "{ devices(first: 500) { edges { node { deviceId vendor } } } }")["devices"]["edges"]
+    rows = view_rows(bi, "SELECT device_id, vendor FROM reporting.devices_v2")
+    assert {(r["device_id"], r["vendor"]) for r in rows} == {
+        (e["node"]["deviceId"], e["node"]["vendor"]) for e in answer
+    }
