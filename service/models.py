@@ -449,6 +449,34 @@ class WorkloadFact(SQLModel, table=True):
     updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
+class WorkloadFactDay(SQLModel, table=True):
+    """What a source said about a workload for one UTC day its ledger rows cover, so that
+    ``gpu-ledger reattribute`` re-decides a day with the facts of that day, not with a later day's
+    (a pod relabelled in June must not move May). Written by every ingest of the day, the last one
+    winning; ``workload_fact`` keeps the latest, for days ingested before this table existed."""
+
+    __tablename__ = "workload_fact_day"
+
+    source: str = Field(primary_key=True, max_length=100, description="the connector instance")
+    workload_key: str = Field(primary_key=True, max_length=500)
+    day_index: int = Field(primary_key=True, description="UTC days since 1970-01-01")
+    facts: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
+    project: str | None = Field(default=None, max_length=200, description="as the source named it")
+    team: str | None = Field(default=None, max_length=200, description="as the source named it")
+    user_name: str | None = Field(default=None, max_length=200, description="as the source named it")
+
+
+class DeviceTagDay(SQLModel, table=True):
+    """A device's tags (instance tags, node labels: attribution facts) as its source reported them
+    for one UTC day its ledger rows cover; ``device.tags`` keeps the latest. As ``workload_fact_day``."""
+
+    __tablename__ = "device_tag_day"
+
+    device_id: str = Field(primary_key=True, max_length=200)
+    day_index: int = Field(primary_key=True, description="UTC days since 1970-01-01")
+    tags: dict[str, str] | None = Field(default=None, sa_type=JSON, nullable=True)
+
+
 # --- access: API tokens (service.auth.tokens) -----------------------------------------------
 
 

@@ -21,7 +21,7 @@ from connectors.sdk import DeviceInfo, WorkloadInfo
 from service.attribution.engine import OWNER_COLUMNS, attribute, facts_series
 from service.attribution.rules import AttributionRule
 from service.dbtypes import table_of
-from service.models import WorkloadFact
+from service.models import DeviceTagDay, WorkloadFact, WorkloadFactDay
 
 KEYS = ("device_id", "workload_key")
 
@@ -87,9 +87,52 @@ def save_workload_facts(
     return len(records)
 
 
-def _upsert(table: Table, dialect: str) -> Executable:
-    columns = ("facts", "project", "team", "user_name", "updated_at")
-    keys = [table.c.source, table.c.workload_key]
+def save_facts_by_day(
+    conn: Connection,
+    source: str,
+    rows: pl.DataFrame,
+    devices: Mapping[str, DeviceInfo],
+    workloads: Mapping[str, WorkloadInfo],
+) -> int:
+    """Keep, for every UTC day ``rows`` (ledger rows with ``day_index``) cover, the facts ``source``
+    reported then: each held workload's (``workload_fact_day``) and each device's tags
+    (``device_tag_day``) — what ``reattribute`` re-decides that day from. An ingest of a day
+    replaces what an earlier one kept for it (one ``INSERT … ON CONFLICT DO UPDATE`` per table);
+    returns the rows written."""
+    if rows.is_empty():
+        return 0
+    held = (
+        rows.filter(pl.col("workload_key") != "")
+        .select(pl.col("workload_key").cast(pl.String), "day_index")
+        .unique()
+    )
+    facts = [
+        {"source": source, "workload_key": key, "day_index": day, "facts": dict(w.facts) or None,
+         "project": w.project, "team": w.team, "user_name": w.user_name}
+        for key, day in held.iter_rows()
+        if (w := workloads.get(key)) is not None
+    ]  # fmt: skip
+    present = rows.select(pl.col("device_id").cast(pl.String), "day_index").unique()
+    tags = [
+        {"device_id": device, "day_index": day, "tags": dict(d.tags) or None}
+        for device, day in present.iter_rows()
+        if (d := devices.get(device)) is not None
+    ]
+    if facts:
+        conn.execute(
+            _upsert(table_of(WorkloadFactDay), conn.dialect.name, ("source", "workload_key", "day_index")),
+            facts,
+        )
+    if tags:
+        conn.execute(_upsert(table_of(DeviceTagDay), conn.dialect.name, ("device_id", "day_index")), tags)
+    return len(facts) + len(tags)
+
+
+def _upsert(
+    table: Table, dialect: str, key_columns: Sequence[str] = ("source", "workload_key")
+) -> Executable:
+    keys = [table.c[c] for c in key_columns]
+    columns = [c.name for c in table.c if c.name not in key_columns]
     statement: Any
     if dialect == "postgresql":
         statement = pg_insert(table)

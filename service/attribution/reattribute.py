@@ -2,8 +2,10 @@
 
 Each UTC day of the window is one transaction. Its rows' distinct (source, device, workload_key)
 are put to the rules (:func:`service.attribution.engine.attribute`) with the facts kept at ingest
-— the device's ``device.tags`` and the workload's ``workload_fact`` row, which also holds the owner
-the source itself named (a rule may have overwritten the ledger's copy). Rows whose owner changes
+for that day — the device's ``device_tag_day`` tags and the workload's ``workload_fact_day`` row,
+which also holds the owner the source itself named (a rule may have overwritten the ledger's copy);
+for a day ingested before facts were kept per day, the latest ones (``device.tags``,
+``workload_fact``). Rows whose owner changes
 are updated by key; the day's rollups and segments are rebuilt and the ledger version bumped in
 the same transaction. Nothing else of a row changes, so costs and hours stay where they were, and
 a second run with the same rules finds nothing to change (and writes nothing).
@@ -30,7 +32,7 @@ from service.billing.tags import with_bill_tags_frame
 from service.dbtypes import table_of
 from service.ledger import store
 from service.ledger import version as ledger_version
-from service.models import Device, LedgerHour, WorkloadFact
+from service.models import Device, DeviceTagDay, LedgerHour, WorkloadFact, WorkloadFactDay
 from service.timeutil import HOUR_S, ceil_hour, floor_hour, hour_start
 
 KEYS = ("source", "device_id", "workload_key")
@@ -145,11 +147,12 @@ def _question(conn: Connection, current: pl.DataFrame, lo: int, hi: int) -> pl.D
         .select(*KEYS, *OWNER_COLUMNS)
         .with_columns(pl.lit(None, FACTS_DTYPE).alias("facts"))
     )
-    kept = keys.join(_workload_facts(conn, keys), on=["source", "workload_key"], how="inner")
+    day = lo // HOURS_PER_DAY  # a chunk is one UTC day: the facts reported for it
+    kept = keys.join(_workload_facts(conn, keys, day), on=["source", "workload_key"], how="inner")
     without = own.join(kept.select(KEYS), on=list(KEYS), how="anti")
     question = pl.concat([kept.select(own.columns), without], how="vertical")
     question = with_other_facts_frame(conn, question)  # a facts connector's, about the same keys
-    question = question.join(_device_tags(conn, keys), on="device_id", how="left")
+    question = question.join(_device_tags(conn, keys, day), on="device_id", how="left")
     # what the bills of hours [lo, hi) say about the devices' instances (service.billing.tags)
     return with_bill_tags_frame(conn, question, hour_start(lo), hour_start(hi))
 
@@ -158,18 +161,31 @@ def _question(conn: Connection, current: pl.DataFrame, lo: int, hi: int) -> pl.D
 KEY_CHUNK = 5_000
 
 
-def _workload_facts(conn: Connection, keys: pl.DataFrame) -> pl.DataFrame:
-    """``workload_fact`` rows of ``keys``' (source, workload_key): facts and the source's owner."""
-    t = table_of(WorkloadFact)
+def _workload_facts(conn: Connection, keys: pl.DataFrame, day: int) -> pl.DataFrame:
+    """Facts and the source's owner of ``keys``' (source, workload_key) as reported for UTC day
+    ``day`` (``workload_fact_day``); a key with none kept for that day (ingested before they were
+    kept) has its latest (``workload_fact``)."""
+    by_day, latest = table_of(WorkloadFactDay), table_of(WorkloadFact)
     wanted = keys.select("source", "workload_key").unique()
     found: list[tuple[Any, ...]] = []
     for source, part in wanted.partition_by("source", as_dict=True).items():
         names = part["workload_key"].to_list()
         for i in range(0, len(names), KEY_CHUNK):
-            stmt = select(t.c.source, t.c.workload_key, *[t.c[c] for c in OWNER_COLUMNS], t.c.facts).where(
-                t.c.source == source[0], t.c.workload_key.in_(names[i : i + KEY_CHUNK])
-            )
-            found += [tuple(r) for r in conn.execute(stmt)]
+            chunk = names[i : i + KEY_CHUNK]
+            dated = select(
+                by_day.c.source, by_day.c.workload_key, *[by_day.c[c] for c in OWNER_COLUMNS], by_day.c.facts
+            ).where(by_day.c.source == source[0], by_day.c.workload_key.in_(chunk), by_day.c.day_index == day)
+            rows = [tuple(r) for r in conn.execute(dated)]
+            missing = sorted(set(chunk) - {r[1] for r in rows})
+            if missing:
+                stmt = select(
+                    latest.c.source,
+                    latest.c.workload_key,
+                    *[latest.c[c] for c in OWNER_COLUMNS],
+                    latest.c.facts,
+                ).where(latest.c.source == source[0], latest.c.workload_key.in_(missing))
+                rows += [tuple(r) for r in conn.execute(stmt)]
+            found += rows
     columns: list[Any] = list(zip(*found, strict=True)) if found else [[]] * 6
     return pl.DataFrame(
         [
@@ -181,14 +197,23 @@ def _workload_facts(conn: Connection, keys: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _device_tags(conn: Connection, keys: pl.DataFrame) -> pl.DataFrame:
-    """``device.tags`` of ``keys``' devices, as a ``device_tags`` facts column."""
-    t = table_of(Device)
+def _device_tags(conn: Connection, keys: pl.DataFrame, day: int) -> pl.DataFrame:
+    """``keys``' devices' tags as reported for UTC day ``day`` (``device_tag_day``), else their
+    latest (``device.tags``), as a ``device_tags`` facts column."""
+    by_day, latest = table_of(DeviceTagDay), table_of(Device)
     ids = keys["device_id"].unique().to_list()
     found: list[tuple[Any, ...]] = []
     for i in range(0, len(ids), KEY_CHUNK):
-        stmt = select(t.c.device_id, t.c.tags).where(t.c.device_id.in_(ids[i : i + KEY_CHUNK]))
-        found += [tuple(r) for r in conn.execute(stmt)]
+        chunk = ids[i : i + KEY_CHUNK]
+        dated = select(by_day.c.device_id, by_day.c.tags).where(
+            by_day.c.device_id.in_(chunk), by_day.c.day_index == day
+        )
+        rows = [tuple(r) for r in conn.execute(dated)]
+        missing = sorted(set(chunk) - {r[0] for r in rows})
+        if missing:
+            stmt = select(latest.c.device_id, latest.c.tags).where(latest.c.device_id.in_(missing))
+            rows += [tuple(r) for r in conn.execute(stmt)]
+        found += rows
     return pl.DataFrame(
         [
             pl.Series("device_id", [r[0] for r in found], pl.String),

@@ -149,9 +149,17 @@ def _ingest_chunk(
     workloads: dict[str, WorkloadInfo] = {}
     for batch in connector.collect(from_ms(window.read_start_ms), from_ms(window.read_end_ms)):
         frames.append(batch.samples)
+        # The descriptions (facts, tags) of a batch inside the day win over those of the context
+        # read around it: a pod relabelled tomorrow keeps today's labels today.
+        ts = batch.samples["ts_ms"] if batch.samples.height else None
+        inside = ts is not None and bool(((ts >= window.start_ms) & (ts < window.end_ms)).any())
         # a device whose source names no vendor gets the one its model says (connectors.sdk.vendors)
-        devices.update((d.device_id, with_vendor(d)) for d in batch.devices)
-        workloads.update((w.workload_key, w) for w in batch.workloads)
+        for d in batch.devices:
+            if inside or d.device_id not in devices:
+                devices[d.device_id] = with_vendor(d)
+        for w in batch.workloads:
+            if inside or w.workload_key not in workloads:
+                workloads[w.workload_key] = w
     samples = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     checked = validate_samples(samples, devices.keys())
     rows = normalize(checked.accepted, window)
@@ -178,6 +186,7 @@ def _ingest_chunk(
         store.upsert_devices(conn, name, devices.values(), seen)
         held = rows["workload_key"].unique().to_list() if not rows.is_empty() else []
         attribution.save_workload_facts(conn, name, workloads, held, clock())
+        attribution.save_facts_by_day(conn, name, rows, devices, workloads)  # what reattribute reads
         written = store.replace_hours(
             conn, name, window.start_ms // HOUR_MS, window.end_ms // HOUR_MS, sorted(ids), rows
         )

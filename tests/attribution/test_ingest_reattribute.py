@@ -15,7 +15,15 @@ from sqlalchemy import Engine, func, select
 from service.attribution.reattribute import reattribute
 from service.ledger import retention, segments
 from service.ledger import version as ledger_version
-from service.models import Device, LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHourSegment, WorkloadFact
+from service.models import (
+    Device,
+    LedgerDay,
+    LedgerGroupDay,
+    LedgerGroupHour,
+    LedgerHourSegment,
+    WorkloadFact,
+    WorkloadFactDay,
+)
 
 END = DAY0 + dt.timedelta(hours=HOURS)
 H0 = int(DAY0.timestamp()) // 3600
@@ -123,10 +131,12 @@ def test_reattribute_only_touches_its_window(engine: Engine) -> None:
 
 
 def test_reattribute_of_rows_from_before_facts_were_kept(engine: Engine) -> None:
-    """Rows ingested before migration 0013 have no workload_fact: their own owner is the source's."""
+    """Rows ingested before migration 0013 have no workload_fact (nor 0017's per-day facts): their own
+    owner is the source's."""
     ingest(engine, rules=())
     with engine.begin() as conn:
         conn.execute(WorkloadFact.__table__.delete())  # type: ignore[attr-defined]
+        conn.execute(WorkloadFactDay.__table__.delete())  # type: ignore[attr-defined]
     result = reattribute(engine, RULES_V1, DAY0, END)
     assert result.owners_changed == 1  # GPU-a's workload: only the node pool's team (no facts kept)
     assert owners(engine)[0] == ("GPU-a", 0, TRAIN, None, "research", None, "team-from-pool")
