@@ -28,10 +28,7 @@ the fly — and migration 0012 rebuilds every stored day in format 2.
 from __future__ import annotations
 
 import io
-import os
-import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import polars as pl
@@ -238,32 +235,8 @@ def load(conn: Connection, days: Sequence[int], columns: Sequence[str]) -> Itera
         raw: Any = conn.connection.dbapi_connection
         with raw.cursor() as cursor:
             cursor.execute(str(compiled), binary=True)
-            stored = [data for _day, data in cursor]  # a client-side cursor holds them all already
-    else:
-        stored = [bytes(data) for _day, data in conn.execute(stmt)]
-    yield from decoded(stored, columns)
-
-
-#: Threads that decode the segments of one read side by side (polars lets go of the GIL while it
-#: reads a file): most of a month's export is decoding its 30 days, one after the other otherwise.
-DECODE_THREADS = min(4, os.cpu_count() or 1)
-_decoders: ThreadPoolExecutor | None = None
-_decoders_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _decoders  # noqa: PLW0603  (one pool per process, started at the first read)
-    with _decoders_lock:
-        if _decoders is None:
-            _decoders = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="segment-decode")
-        return _decoders
-
-
-def decoded(stored: Sequence[bytes], columns: Sequence[str]) -> Iterator[pl.DataFrame]:
-    """:func:`decode` of each of ``stored``, in order, several at a time (see
-    :data:`DECODE_THREADS`): the same frames as one by one."""
-    if len(stored) < 2 or DECODE_THREADS < 2:
-        for data in stored:
-            yield decode(data, columns)
+            for _day, data in cursor:
+                yield decode(data, columns)
         return
-    yield from _pool().map(lambda data: decode(data, columns), stored)
+    for _day, data in conn.execute(stmt):
+        yield decode(bytes(data), columns)
