@@ -823,21 +823,31 @@ def _grid_sums(
             continue
         chain = run_chain[util]
         util_chains = np.unique(chain)
-        util_value = value.reshape(-1, width)[util_chains]
+        util_value = _rows_of(value.reshape(-1, width), util_chains)
         if util_value.min() < 0.0 or util_value.max() > 100.0:
             return None
         row = np.searchsorted(util_chains, chain)
         util_at = bounds[util] - (chain - row) * width
-        util_w = w.reshape(groups, width)[util_chains // chains]
+        util_w = _rows_of(w.reshape(groups, width), util_chains // chains)
         weighted = scratch[: util_value.size].reshape(util_value.shape)
+        at_or_above = below[: util_value.size].reshape(util_value.shape)
         above_prev = w_run[util]
         for i, edge in enumerate(edges):
-            np.multiply(util_w, util_value >= edge, out=weighted)
+            np.greater_equal(util_value, edge, out=at_or_above)
+            np.multiply(util_w, at_or_above, out=weighted)
             above = np.add.reduceat(scratch[: util_value.size], util_at)
             hist[util, i] = above_prev - above
             above_prev = above
         hist[util, len(edges)] = above_prev
     return wv, w_idle, hist
+
+
+def _rows_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``table[rows]`` for sorted ``rows``: a view when they are consecutive (every chain of a
+    chunk is a utilization chain, as with one metric), so no copy is made."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and np.all(rows[1:] > rows[:-1]):
+        return table[rows[0] : rows[-1] + 1]
+    return table[rows]
 
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]
