@@ -28,13 +28,22 @@ from sqlalchemy import Connection, delete, select, text
 
 from service.dbtypes import table_of
 from service.ledger import partitions, version
-from service.models import LedgerHour, LedgerHourSegment, LedgerRetention, WorkloadFact
+from service.models import (
+    DeviceTagDay,
+    LedgerHour,
+    LedgerHourSegment,
+    LedgerRetention,
+    WorkloadFact,
+    WorkloadFactDay,
+)
 from service.timeutil import EPOCH, hour_index, month_index, month_start
 
 RETENTION = table_of(LedgerRetention)
 HOUR = table_of(LedgerHour)
 SEGMENT = table_of(LedgerHourSegment)
 WORKLOAD_FACT = table_of(WorkloadFact)
+WORKLOAD_FACT_DAY = table_of(WorkloadFactDay)
+DEVICE_TAG_DAY = table_of(DeviceTagDay)
 
 
 class PrunedHistory(Exception):
@@ -118,6 +127,9 @@ def prune(conn: Connection, before: dt.datetime, *, now: dt.datetime | None = No
     # Attribution facts last reported before the cutoff describe only hours before it (a report
     # comes with its hours, never before them): reattribute has nothing left to apply them to.
     facts = int(conn.execute(delete(WORKLOAD_FACT).where(WORKLOAD_FACT.c.updated_at < before)).rowcount or 0)
+    # and the facts kept per day (workload_fact_day, device_tag_day) of the days pruned whole
+    for by_day in (WORKLOAD_FACT_DAY, DEVICE_TAG_DAY):
+        facts += int(conn.execute(delete(by_day).where(by_day.c.day_index < first_kept_day)).rowcount or 0)
     boundary = pruned_before(conn)
     if boundary is None:
         conn.execute(RETENTION.insert().values(id=1, hours_before=before))

@@ -17,6 +17,7 @@ from service.ledger import retention, segments
 from service.ledger import version as ledger_version
 from service.models import (
     Device,
+    DeviceTagDay,
     LedgerDay,
     LedgerGroupDay,
     LedgerGroupHour,
@@ -157,7 +158,17 @@ def test_prune_drops_the_facts_only_pruned_hours_had(engine: Engine) -> None:
                 source="old", workload_key="docker:gone", facts={"docker.image": "x"}, updated_at=stale
             )
         )
+        stale_day = int(stale.timestamp()) // 86_400  # and the facts kept for a pruned day
+        conn.execute(
+            WorkloadFactDay.__table__.insert().values(  # type: ignore[attr-defined]
+                source="old", workload_key="docker:gone", day_index=stale_day, facts={"docker.image": "x"}
+            )
+        )
+        conn.execute(DeviceTagDay.__table__.insert().values(device_id="GPU-gone", day_index=stale_day))  # type: ignore[attr-defined]
         result = retention.prune(conn, dt.datetime(2020, 2, 1, tzinfo=dt.UTC))
         kept = conn.execute(select(WorkloadFact.__table__.c.workload_key)).scalars().all()  # type: ignore[attr-defined]
-    assert result.workload_facts_deleted == 1
+        kept_days = conn.execute(select(WorkloadFactDay.__table__.c.workload_key)).scalars().all()  # type: ignore[attr-defined]
+        kept_tags = conn.execute(select(DeviceTagDay.__table__.c.device_id)).scalars().all()  # type: ignore[attr-defined]
+    assert result.workload_facts_deleted == 3
     assert sorted(kept) == [DOCKER, TRAIN]
+    assert sorted(kept_days) == [DOCKER, TRAIN] and sorted(kept_tags) == ["GPU-a", "GPU-b"]  # DAY0's
