@@ -24,12 +24,14 @@ String, Categorical or Enum columns (a connector that hands over categoricals sa
 row's strings; the rows are identical either way). They become integer codes once; after that
 every step runs on one bit-packed Int64 key (service/ledger/keys.py) in chain order — each
 (device, metric) series contiguous and in time order, as connectors deliver them, so the batch
-is sorted only when it is not — and the scrape-shaped common case (every metric of a device at
-the same times, one owner per reading) takes presence from one chain per device instead of a
-group-by of every sample (tests/ledger/test_normalize_categorical.py pins both to the general
-paths, exactly). From the intervals on (gauge readings, presence, energy spans) the steps are
-NumPy passes over the chains — clip to the window, cut at UTC hours, sum each run of equal
-(ledger row, metric) — shared by the fast and the general paths, so both give the same floats.
+is sorted only when it is not (a read in several requests, each series in pieces, has its pieces
+put together by one gather) — and the scrape-shaped common case (every metric of a device at
+the same times, one owner per reading) takes presence from one chain per device, summed by
+runs of equal ledger row, instead of a group-by of every sample (tests/ledger/
+test_normalize_categorical.py and test_normalize_ingest_shape.py pin both to the general paths,
+exactly). From the intervals on (gauge readings, presence, energy spans) the steps are NumPy
+passes over the chains — clip to the window, cut at UTC hours, sum each run of equal (ledger
+row, metric) — shared by the fast and the general paths, so both give the same floats.
 When the layout is regular (every device's chains as long and aligned, as in a DCGM scrape) the
 readings form a grid: intervals, hour split and runs are computed once per reading for all its
 metrics and only the value sums touch every sample, in chunks of devices, so no array of every
