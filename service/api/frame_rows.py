@@ -10,6 +10,7 @@ order keys.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, cast
@@ -201,27 +202,103 @@ def cursor_series(page: Page, frame: pl.DataFrame, order: Sequence[str]) -> pl.S
     """:func:`cursor_column` as a String series."""
     if frame.height == 0:
         return pl.Series("cursor", [], dtype=pl.String)
-    binding = orjson.dumps(page.binding or binding_of(page.field)).decode()
+    raw_binding = page.binding or binding_of(page.field)
+    binding = orjson.dumps(raw_binding).decode()
     if not order:  # one row (TOTAL without groupBy): the key is empty
         return pl.Series("cursor", page.key_cursors([()] * frame.height), dtype=pl.String)
-    parts: list[pl.Expr] = [pl.lit(binding)]
+    split = _split_cursors(frame, order, raw_binding)
+    if split is not None:
+        return split
+    parts: list[pl.Expr] = [pl.lit("[" + binding)]
     for name in order:
-        column = frame[name]
-        if column.dtype.is_integer():
-            text = pl.col(name).cast(pl.String)
-        elif isinstance(column.dtype, pl.Enum):  # each dictionary value once, looked up by code
-            values = column.dtype.categories.to_list()
-            texts = pl.Series([orjson.dumps(v).decode() for v in values], dtype=pl.String)
-            text = pl.lit(texts.gather(column.to_physical()))
-        else:  # each distinct value once through orjson: its JSON string, escapes and all
-            distinct = column.drop_nulls().unique().to_list()
-            text = pl.col(name).replace_strict(
-                distinct, [orjson.dumps(v).decode() for v in distinct], return_dtype=pl.String
-            )
-        parts.append(text.fill_null(pl.lit("null")))
-    json_text = pl.concat_str([pl.lit("["), pl.concat_str(parts, separator=","), pl.lit("]")])
-    encoded = json_text.str.encode("base64").str.replace_many(["+", "/"], ["-", "_"])
+        parts += [pl.lit(","), _key_text(frame, name).fill_null(pl.lit("null"))]
+    encoded = _base64url(pl.concat_str([*parts, pl.lit("]")]))
     return frame.select(encoded.alias("cursor"))["cursor"]
+
+
+def _key_text(frame: pl.DataFrame, name: str) -> pl.Expr:
+    """The JSON text of column ``name``'s values as orjson writes them (null where null)."""
+    column = frame[name]
+    if column.dtype.is_integer():
+        return pl.col(name).cast(pl.String)
+    if isinstance(column.dtype, pl.Enum):  # each dictionary value once, looked up by code
+        return pl.lit(_enum_texts(column).gather(column.to_physical()))
+    # each distinct value once through orjson: its JSON string, escapes and all
+    distinct = column.drop_nulls().unique().to_list()
+    return pl.col(name).replace_strict(
+        distinct, [orjson.dumps(v).decode() for v in distinct], return_dtype=pl.String
+    )
+
+
+def _enum_texts(column: pl.Series) -> pl.Series:
+    """The JSON text of each value of an Enum column's dictionary, in code order."""
+    values = cast(pl.Enum, column.dtype).categories.to_list()
+    return pl.Series([orjson.dumps(v).decode() for v in values], dtype=pl.String)
+
+
+def _base64url(text: pl.Expr) -> pl.Expr:
+    return text.str.encode("base64").str.replace_many(["+", "/"], ["-", "_"])
+
+
+#: The split cursors are built when a page holds at most this share of distinct heads per row.
+_HEADS_PER_ROW_MAX = 0.125
+
+
+def _split_cursors(frame: pl.DataFrame, order: Sequence[str], binding: str) -> pl.Series | None:
+    """The cursors built in two pieces, or None where the split does not apply (nulls in the key,
+    many distinct heads, a last key column other than an Enum or with a dictionary larger than
+    the page).
+
+    The JSON ``[binding,k1,…,kn]`` is a head ``[binding,k1,…,k(n-1),`` (few distinct per page:
+    the periods) and ``kn]`` (an Enum: few distinct values). base64 of bytes cut at a multiple
+    of 3 is the base64 of each piece joined, so each head's first ``3m`` bytes are encoded once,
+    and the tails (the head's last 0–2 bytes, the carry, and ``kn]``) once per (carry, value):
+    a row's cursor is two looked-up texts joined, no per-row JSON nor base64.
+    """
+    *head, last = order
+    column = frame[last]
+    if not isinstance(column.dtype, pl.Enum) or any(frame[name].null_count() for name in order):
+        return None
+    if head:
+        ids = frame.select(
+            (pl.struct([pl.col(name).to_physical() for name in head]).rank("dense") - 1).cast(pl.UInt32)
+        ).to_series()
+        heads = frame.select(*head, ids.alias("_id")).unique(subset="_id").sort("_id")
+        if heads.height > _HEADS_PER_ROW_MAX * frame.height:
+            return None
+        values = heads.select(head).rows()
+    else:
+        ids = pl.Series([0] * frame.height, dtype=pl.UInt32)  # one head for all: ["binding",
+        values = [()]
+    prefixes: list[str] = []
+    carries: dict[bytes, int] = {}
+    carry_of_head: list[int] = []
+    for value in values:
+        text = orjson.dumps([binding, *value])[:-1] + b","
+        cut = len(text) - len(text) % 3
+        carry = text[cut:]
+        if not carry.isascii():  # a UTF-8 character cut in two: the tails are not text
+            return None
+        prefixes.append(base64.urlsafe_b64encode(text[:cut]).decode())
+        carry_of_head.append(carries.setdefault(carry, len(carries)))
+    texts = _enum_texts(column)
+    count = texts.len()
+    if count * len(carries) > frame.height:  # a dictionary larger than the page
+        return None
+    tails = pl.concat(
+        [
+            pl.select(
+                _base64url(pl.concat_str([pl.lit(carry.decode()), pl.lit(texts), pl.lit("]")]))
+            ).to_series()
+            for carry in carries
+        ]
+    )
+    carry_ids = pl.Series(carry_of_head, dtype=pl.UInt32).gather(ids)
+    tail_ids = carry_ids * count + column.to_physical().cast(pl.UInt32)
+    joined = pl.concat_str(
+        [pl.lit(pl.Series(prefixes, dtype=pl.String).gather(ids)), pl.lit(tails.gather(tail_ids))]
+    )
+    return frame.select(joined.alias("cursor"))["cursor"]
 
 
 def _listed(frame: pl.DataFrame, name: str) -> Callable[[], list[Any]]:

@@ -26,7 +26,7 @@ from service.analytics.paging import Page
 from service.analytics.query import LedgerQuery
 from service.analytics.window import check_window
 from service.api.context import ApiContext, ApiSettings
-from service.api.frame_rows import cursor_column, rounded_column, rounded_series
+from service.api.frame_rows import _split_cursors, cursor_column, rounded_column, rounded_series
 from service.api.graphql import schema
 from service.api.leaf_lists import ColumnRows
 from service.api.types import UtilMetric, ledger_page
@@ -259,3 +259,37 @@ def test_http_pages_are_the_in_process_answer(
                     after = got[-1]["cursor"]
     # the HTTP answers took the spliced path (a list of one row is completed as usual)
     assert all(spliced) and bool(spliced) == (longest > 1)
+
+
+def test_cursor_column_split_is_key_cursors_text() -> None:
+    """The cursors built as a head's base64 and a (carry, Enum value)'s base64 joined: the same text
+    as key_cursors for heads of every length mod 3 (carries of 0, 1, 2 bytes), several head
+    columns, non-ASCII heads and last values, no head; nulls and a head cut inside a UTF-8
+    character take the whole-text path, with the same result."""
+    device = pl.Enum(["GPU-0", 'a"b', "é/\\x\u2028", "z"])
+    for binding in ("bNd-_9", "jb_4zQOi", "x"):
+        page = Page("usage", binding=binding)
+        frame = pl.DataFrame(
+            {
+                "period_key": [7, 7, 48, 480000, 480000, 2**31 - 1, 7, 123],
+                "team": ["t", "é", "t", "ü€", "t", "t", "é", "éé"],
+                "device": ["GPU-0", 'a"b', "z", "é/\\x\u2028", "GPU-0", "z", "z", 'a"b'],
+            },
+            schema_overrides={"device": device},
+        )
+        frame = pl.concat([frame] * 20)  # few heads per row: the split applies
+        for order in (
+            ["period_key", "device"],
+            ["team", "device"],
+            ["period_key", "team", "device"],
+            ["device"],
+        ):
+            keys = zip(*(frame[c].to_list() for c in order), strict=True)
+            assert cursor_column(page, frame, order) == page.key_cursors(keys), (binding, order)
+        assert _split_cursors(frame, ["period_key", "device"], binding) is not None
+        assert _split_cursors(frame, ["device"], binding) is not None
+        nulls = frame.with_columns(
+            pl.when(pl.col("period_key") == 7).then(None).otherwise(pl.col("device")).alias("device")
+        )
+        keys = zip(nulls["period_key"].to_list(), nulls["device"].to_list(), strict=True)
+        assert cursor_column(page, nulls, ["period_key", "device"]) == page.key_cursors(keys)
