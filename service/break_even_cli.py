@@ -51,6 +51,7 @@ def break_even_command(
     from service.analytics.access import ALL
     from service.analytics.break_even import WhatIf, break_even_rows
     from service.analytics.errors import QueryError
+    from service.analytics.window import pruned_hours_refused
     from service.cli import FAILURE_EXIT, _settings, database_failed, fail
     from service.cli_export import _option
     from service.db import make_engine
@@ -80,7 +81,7 @@ def break_even_command(
         raise fail(f"{_option(exc.parameter)}{exc.message}") from None
     engine = make_engine(settings.database_url)
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, pruned_hours_refused(conn):  # no short answer after a prune
             rows = break_even_rows(
                 conn,
                 args.query,

@@ -167,6 +167,7 @@ def _run(
 
     from service.analytics.access import ALL
     from service.analytics.errors import QueryError
+    from service.analytics.window import pruned_hours_refused
     from service.cli import FAILURE_EXIT, _settings, database_failed
     from service.db import make_engine
     from service.export.arguments import ParameterError, arrow_compression, parse_args
@@ -192,7 +193,8 @@ def _run(
     engine = make_engine(settings.database_url)
     try:
         querying = console.status(f"export {question.name}: querying {settings.database_url_masked}")
-        with querying, engine.connect() as conn:
+        # over pruned hours a device-level answer fails (HOURS_PRUNED) as the endpoint's does
+        with querying, engine.connect() as conn, pruned_hours_refused(conn):
             frame = export_frame(conn, question, args, context, max_rows=None)
         with console.status(f"export {question.name}: writing {frame.height} rows to {output}"):
             _write_atomically(frame, fmt, output, codec)

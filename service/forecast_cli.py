@@ -82,6 +82,7 @@ def forecast(
     from service.analytics.access import ALL
     from service.analytics.errors import QueryError
     from service.analytics.forecast_frame import forecast_frame
+    from service.analytics.window import pruned_hours_refused
     from service.db import make_engine
     from service.export.arguments import ParameterError, parse_args
     from service.export.questions import Question
@@ -105,7 +106,7 @@ def forecast(
         raise fail(f"{exc.code}: {exc.message}") from None
     engine = make_engine(settings.database_url)
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, pruned_hours_refused(conn):  # no short answer after a prune
             f = forecast_q.forecast(
                 conn, args.query, horizon_days, levels, metric=args.metric, currency=args.currency
             )

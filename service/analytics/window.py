@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Float,
     Integer,
     Numeric,
@@ -51,6 +52,7 @@ from service.analytics.access import Access
 from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.errors import HoursPruned, InvalidWindow, WindowNotAligned, WindowTooLarge
 from service.dbtypes import table_of
+from service.ledger import retention
 from service.ledger.rollups import GROUP_KEYS, MAXED, SUMMED
 from service.models import LedgerDay, LedgerGroupDay, LedgerGroupHour, LedgerHour
 from service.money import Money
@@ -187,6 +189,15 @@ def hours_kept_from(first_hour: Callable[[], int | None]) -> Iterator[None]:
         yield
     finally:
         _HOURS_KEPT_FROM.reset(token)
+
+
+@contextmanager
+def pruned_hours_refused(conn: Connection) -> Iterator[None]:
+    """:func:`hours_kept_from` at this database's prune boundary, looked up on ``conn`` at the first
+    device-level read: what every reader of answers (the API, ``gpu-ledger export``, reports)
+    serves its reads in, so none of them sums only the hours a prune left."""
+    with hours_kept_from(lambda: retention.first_kept_hour(conn)):
+        yield
 
 
 def check_hours_kept(lo: int) -> None:

@@ -13,9 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from service.analytics.access import Access
 from service.analytics.errors import QueryError
-from service.analytics.window import hours_kept_from
+from service.analytics.window import pruned_hours_refused
 from service.auth.principal import principal_of
-from service.ledger import retention
 from service.limits import Limits
 from service.limits.deadline import DeadlinePassed, is_timeout, sql_deadline
 from service.metrics_catalog import DEFAULT_IDLE_THRESHOLD_PCT
@@ -85,7 +84,7 @@ class ApiContext:
             with (
                 self.engine.connect() as conn,
                 sql_deadline(conn, self.deadline),
-                hours_kept_from(lambda: retention.first_kept_hour(conn)),
+                pruned_hours_refused(conn),
             ):
                 return work(conn)
 

@@ -1,7 +1,7 @@
 """After `gpu-ledger prune`, an answer that needs device-level hours the prune dropped fails with
 HOURS_PRUNED instead of answering from the hours that are left (docs/rollups.md, "Retention").
 
-Eight hours, 2025-01-31 20:00 – 2025-02-01 04:00, on two devices; January pruned. The window cut
+The ledger of tests/pruned_ledger.py (eight hours on two devices, January pruned). The window cut
 mid-day in January: by PROJECT (the group rollups keep it) still exact; by DEVICE (ledger_hour for
 the partial-day edges) refused, in the domain and through GraphQL; from the boundary on, answered.
 """
@@ -12,10 +12,9 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from conftest import Gql
-from ledger_rows import row
-from sqlalchemy import Engine, func, select
-from sqlmodel import Session
+from api.conftest import Gql
+from pruned_ledger import FEB, JAN, write_pruned
+from sqlalchemy import Engine
 
 from service.analytics.access import ALL
 from service.analytics.cost import cost
@@ -24,37 +23,13 @@ from service.analytics.errors import HoursPruned
 from service.analytics.query import LedgerQuery
 from service.analytics.usage import usage
 from service.analytics.window import Window, hours_kept_from
-from service.ledger import partitions, retention
-from service.ledger.store import rebuild_days
-from service.models import LedgerHour
+from service.ledger import retention
 from service.timeutil import hour_index
 
-UTC = dt.UTC
-JAN = dt.datetime(2025, 1, 31, 20, tzinfo=UTC)
-FEB = dt.datetime(2025, 2, 1, tzinfo=UTC)
 MID_DAY = Window(JAN, JAN + dt.timedelta(hours=8))  # 4 pruned hours, 4 kept
 FROM_BOUNDARY = Window(FEB, FEB + dt.timedelta(hours=4))
 COST = """query($w: TimeWindow!, $by: [Dimension!]!){ cost(window: $w, groupBy: $by) {
     project device cost { amount currency } } }"""
-
-
-def _pruned(engine: Engine) -> None:
-    """The eight hours written and rolled up, then January pruned."""
-    offset = hour_index(JAN) - hour_index(dt.datetime(2025, 1, 6, tzinfo=UTC))  # ledger_rows' D0
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:  # the rows go through no ingest: make their months
-            partitions.ensure_months(conn, hour_index(JAN), hour_index(JAN) + 8)
-    with Session(engine) as session:
-        for i in range(8):
-            session.add(row(offset + i, "GPU-a", "job-1", project="alpha", cost="1.000000001"))
-            session.add(row(offset + i, "GPU-b", "", cost="2.5", currency="EUR"))
-        session.commit()
-    with engine.begin() as conn:
-        first, last = conn.execute(
-            select(func.min(LedgerHour.day_index), func.max(LedgerHour.day_index))
-        ).one()
-        rebuild_days(conn, first, last)
-        retention.prune(conn, FEB)
 
 
 def _amounts(rows: list) -> dict[tuple[str | None, str], Decimal]:
@@ -65,7 +40,7 @@ def _amounts(rows: list) -> dict[tuple[str | None, str], Decimal]:
 
 @pytest.mark.postgres
 def test_device_level_reads_of_pruned_hours_fail(engine: Engine) -> None:
-    _pruned(engine)
+    write_pruned(engine)
     by_project = LedgerQuery(MID_DAY, Granularity.TOTAL, (Dimension.PROJECT,), access=ALL)
     by_device = LedgerQuery(MID_DAY, Granularity.TOTAL, (Dimension.DEVICE,), access=ALL)
     hourly = LedgerQuery(MID_DAY, Granularity.HOUR, (Dimension.DEVICE,), access=ALL)  # day segments' path
@@ -103,7 +78,7 @@ def test_device_level_reads_of_pruned_hours_fail(engine: Engine) -> None:
 
 @pytest.mark.postgres
 def test_the_api_says_hours_pruned(engine: Engine, gql: Gql) -> None:
-    _pruned(engine)
+    write_pruned(engine)
     w = {"start": JAN.isoformat(), "end": (JAN + dt.timedelta(hours=8)).isoformat()}
     refused = gql(COST, {"w": w, "by": ["DEVICE"]})
     [err] = refused["errors"]
