@@ -39,7 +39,7 @@ from service.analytics.fx import NO_CURRENCY, check_currency
 from service.analytics.idle import idle_waste
 from service.analytics.query import GroupKey, LedgerQuery
 from service.analytics.usage import usage
-from service.analytics.window import Window, ledger_source, money_sum
+from service.analytics.window import Window, ledger_source, money_sum, pruned_hours_refused
 from service.billing.rates import is_unmonitored
 from service.billing.reconcile import Key, ReconRow, Status, reconcile
 from service.ledger import version as ledger_version
@@ -248,57 +248,61 @@ def build_report(
     ledger_threshold_pct: float = 5.0,
 ) -> Report:
     """The report of ``period`` for ``scope`` in ``currency`` (see the module docstring)."""
-    window, access = period.window, scope.access
-    target = report_currency(conn, window, access, currency)
-    converted = currency is not None
-    notes: list[str] = []
+    # Its windows are whole UTC days, which ledger_day and the group rollups answer after a prune;
+    # should any part read pruned device-level hours, the report fails (HOURS_PRUNED) or notes
+    # it (the previous period) rather than show short sums.
+    with pruned_hours_refused(conn):
+        window, access = period.window, scope.access
+        target = report_currency(conn, window, access, currency)
+        converted = currency is not None
+        notes: list[str] = []
 
-    totals_rows = _cost(conn, _query(window, access), target, converted)
-    usage_total = usage(conn, _query(window, access))
-    idle_total = idle_waste(
-        conn, _query(window, access), streak=False, ledger_threshold_pct=ledger_threshold_pct,
-        threshold_pct=ledger_threshold_pct,
-    )  # fmt: skip
-    total_cost = _sum(r.cost for r in totals_rows)
-    gpu_hours = sum(r.gpu_hours for r in usage_total)
-    effective_hours = sum(r.effective_gpu_hours for r in usage_total)
-    totals = Totals(
-        cost=total_cost,
-        idle_cost=_sum(r.idle_cost for r in totals_rows),
-        allocated_idle_cost=_sum(r.idle_cost for r in totals_rows if not r.unallocated),
-        unallocated_idle_cost=_sum(r.idle_cost for r in totals_rows if r.unallocated),
-        gpu_hours=gpu_hours,
-        effective_gpu_hours=effective_hours,
-        idle_gpu_hours=sum(r.idle_gpu_hours for r in idle_total),
-        allocated_idle_gpu_hours=sum(r.allocated_idle_gpu_hours for r in idle_total),
-        unallocated_idle_gpu_hours=sum(r.unallocated_idle_gpu_hours for r in idle_total),
-        unpriced_gpu_hours=sum(r.unpriced_gpu_hours for r in totals_rows),
-        metric=usage_total[0].metric if usage_total else "",
-        cost_per_gpu_hour=_per(total_cost, gpu_hours),
-        cost_per_effective_gpu_hour=_per(total_cost, effective_hours),
-    )
-    if totals.unpriced_gpu_hours > 0:
-        notes.append(f"{totals.unpriced_gpu_hours:,.2f} GPU-hours had no price (counted as cost 0).")
-    return Report(
-        period=period,
-        scope=scope,
-        currency=target,
-        converted=converted,
-        generated_at=generated_at,
-        software_version=software_version,
-        data_version=ledger_version.current(conn),
-        totals=totals,
-        projects=_projects(conn, window, access, target, converted),
-        effective=_effective(conn, window, access, target, converted),
-        top_idle=_top_idle(conn, window, access, target, converted, top_n, ledger_threshold_pct),
-        trend=_trend(conn, period, access, target, converted),
-        reconciliation=(
-            _reconciliation(conn, window, tolerance_pct, gpu_cost_share, target if converted else None)
-            if scope.account_wide
-            else None
-        ),
-        notes=notes,
-    )
+        totals_rows = _cost(conn, _query(window, access), target, converted)
+        usage_total = usage(conn, _query(window, access))
+        idle_total = idle_waste(
+            conn, _query(window, access), streak=False, ledger_threshold_pct=ledger_threshold_pct,
+            threshold_pct=ledger_threshold_pct,
+        )  # fmt: skip
+        total_cost = _sum(r.cost for r in totals_rows)
+        gpu_hours = sum(r.gpu_hours for r in usage_total)
+        effective_hours = sum(r.effective_gpu_hours for r in usage_total)
+        totals = Totals(
+            cost=total_cost,
+            idle_cost=_sum(r.idle_cost for r in totals_rows),
+            allocated_idle_cost=_sum(r.idle_cost for r in totals_rows if not r.unallocated),
+            unallocated_idle_cost=_sum(r.idle_cost for r in totals_rows if r.unallocated),
+            gpu_hours=gpu_hours,
+            effective_gpu_hours=effective_hours,
+            idle_gpu_hours=sum(r.idle_gpu_hours for r in idle_total),
+            allocated_idle_gpu_hours=sum(r.allocated_idle_gpu_hours for r in idle_total),
+            unallocated_idle_gpu_hours=sum(r.unallocated_idle_gpu_hours for r in idle_total),
+            unpriced_gpu_hours=sum(r.unpriced_gpu_hours for r in totals_rows),
+            metric=usage_total[0].metric if usage_total else "",
+            cost_per_gpu_hour=_per(total_cost, gpu_hours),
+            cost_per_effective_gpu_hour=_per(total_cost, effective_hours),
+        )
+        if totals.unpriced_gpu_hours > 0:
+            notes.append(f"{totals.unpriced_gpu_hours:,.2f} GPU-hours had no price (counted as cost 0).")
+        return Report(
+            period=period,
+            scope=scope,
+            currency=target,
+            converted=converted,
+            generated_at=generated_at,
+            software_version=software_version,
+            data_version=ledger_version.current(conn),
+            totals=totals,
+            projects=_projects(conn, window, access, target, converted),
+            effective=_effective(conn, window, access, target, converted),
+            top_idle=_top_idle(conn, window, access, target, converted, top_n, ledger_threshold_pct),
+            trend=_trend(conn, period, access, target, converted),
+            reconciliation=(
+                _reconciliation(conn, window, tolerance_pct, gpu_cost_share, target if converted else None)
+                if scope.account_wide
+                else None
+            ),
+            notes=notes,
+        )
 
 
 def _dims(key: GroupKey, *dims: Dimension) -> tuple[str | None, ...]:
