@@ -10,7 +10,9 @@ FX table of that day (:class:`service.analytics.fx.FxTable`), as ``cost`` conver
   the row's ``default_metric``) > 0 and its idle seconds (below the ledger's idle threshold) equal
   them (within 1 ms), summed over its devices. An hour without observation (exporter outage) is
   not idle, so it breaks the run: an alert says what was measured.
-* ``project_idle_cost``: ``Σ idle_cost`` per project over the 24 hours up to now.
+* ``project_idle_cost``: ``Σ idle_cost`` per project over the 24 hours up to now, from the group
+  rollup ``ledger_group_hour`` (project is one of its keys): exact, and still whole on a month's
+  first day after ``gpu-ledger prune --before`` that month dropped the previous one's hours.
 * ``budget_forecast``: month-to-date ``Σ cost`` per project (team) × hours in the month ÷ hours
   elapsed — a run-rate projection, not the statistical ``forecast`` (that needs weeks of history;
   a budget alert must speak in a month's first days too).
@@ -43,7 +45,7 @@ from service.alerts.rules import (
 from service.analytics.fx import FxTable
 from service.billing.rates import is_unmonitored
 from service.dbtypes import table_of
-from service.models import ConnectorState, LedgerDay, LedgerHour
+from service.models import ConnectorState, LedgerDay, LedgerGroupHour, LedgerHour
 from service.timeutil import HOUR_S, hour_index, month_index, month_start
 
 #: An hour is idle when idle seconds reach observed seconds within this slack (float sums).
@@ -143,7 +145,7 @@ def _converted(
 
 
 def _project_idle_cost(conn: Connection, rule: ProjectIdleCostRule, now: dt.datetime) -> list[Finding]:
-    lh = table_of(LedgerHour)
+    lh = table_of(LedgerGroupHour)  # the hours summed over devices: prune keeps them (docs/rollups.md)
     last_h = hour_index(now)
     stmt = (
         select(lh.c.project, lh.c.currency, lh.c.day_index, func.sum(lh.c.idle_cost))
