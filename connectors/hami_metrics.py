@@ -88,11 +88,15 @@ def apply_caps(batch: SampleBatch, caps: Mapping[tuple[str, str, str], float]) -
         w.workload_key: (w.namespace or "", w.workload or "") for w in batch.workloads if _is_pod(w)
     }
     devices = {d.device_id for d in batch.devices if d.parent_device_id is None}
+    # caps by pod, so matching is one lookup per pod, not a scan of every cap per pod
+    by_pod: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for (cap_ns, cap_pod, device), cap in caps.items():
+        if device in devices:
+            by_pod.setdefault((cap_ns, cap_pod), []).append((device, cap))
     rows = [
         (device, key, ns, pod, cap)
         for key, (ns, pod) in pods.items()
-        for (cap_ns, cap_pod, device), cap in caps.items()
-        if (cap_ns, cap_pod) == (ns, pod) and device in devices
+        for device, cap in by_pod.get((ns, pod), ())
     ]
     samples = batch.samples
     if not rows or samples.is_empty():
