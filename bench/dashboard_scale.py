@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/dashboard_scale.py load --database gl_dash_10k --gpus 10000 --days 30
     .venv/bin/python bench/dashboard_scale.py load --database gl_dash_year --days 365 --hour-retention-days 35
+    .venv/bin/python bench/dashboard_scale.py load --database D --days 365 --hour-retention-days 35 --resume
     .venv/bin/python bench/dashboard_scale.py measure --database gl_dash_10k --repeat 10 [--compare]
     .venv/bin/python bench/dashboard_scale.py size --database gl_dash_10k
     .venv/bin/python bench/dashboard_scale.py drop --database gl_dash_10k
@@ -15,6 +16,10 @@ per table over the whole range), ``ledger_version.bump``; then ``ANALYZE ledger_
 backfill does. The rows come from ``graphql_latency.ledger_frame`` (column-wise: ~1.2 rows per
 device-hour, one in five device-hours split between two workloads), the last ``--days`` whole
 UTC days before today. It prints the time of each step and, per table, the statements' time.
+``--resume`` continues a load that was stopped (each transaction is a whole chunk, so a stopped
+load leaves whole chunks behind): the same first day, from the day after the last one
+``ledger_group_day`` holds (:func:`resume_point`), so a long load can be stopped and restarted
+(on newer code, say) without writing its days again.
 
 ``--hour-retention-days N`` keeps the disk bounded the way a deployment keeps a year: after each
 transaction, the months of ``ledger_hour`` wholly before the last N loaded days are pruned
@@ -213,14 +218,16 @@ def load_fleet(
     chunk_days: int,
     hour_retention_days: int = 0,
     mid_day_hours: int = 7,
+    start_offset: int = 0,
 ) -> dict[str, float]:
     """Write ``gpus`` devices × ``days`` days from ``first_day`` as the ingest writes them,
-    ``chunk_days`` days per transaction; with ``hour_retention_days``, prune the hours' months
-    past it as the loading goes (:func:`prune_past_retention`); seconds by step."""
+    ``chunk_days`` days per transaction, from day ``first_day + start_offset`` on (a resumed load);
+    with ``hour_retention_days``, prune the hours' months past it as the loading goes
+    (:func:`prune_past_retention`); seconds by step."""
     fleet = devices(gpus)
     ids = [d.device_id for d in fleet]
     timing: dict[str, float] = collections.defaultdict(float)
-    for offset in range(0, days, chunk_days):
+    for offset in range(start_offset, days, chunk_days):
         n = min(chunk_days, days - offset)
         lo_day = first_day + offset
         t = time.perf_counter()
@@ -321,6 +328,14 @@ def measure_pruned(url: str, repeat: int) -> None:
         server.wait(10)
 
 
+def resume_point(engine: Engine) -> tuple[int, int] | None:
+    """(first day, days already loaded) of a stopped load, from the days ``ledger_group_day``
+    holds (kept past the hours' retention, written in each chunk's transaction); None if empty."""
+    with engine.connect() as conn:
+        lo, hi = conn.execute(text("select min(day_index), max(day_index) from ledger_group_day")).one()
+    return None if lo is None else (int(lo), int(hi) - int(lo) + 1)
+
+
 def url_of(database: str) -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + f"/{database}"
 
@@ -358,6 +373,9 @@ def main() -> None:
         default=0,
         help="load: keep at least this many days of ledger_hour, pruning whole months past it (0: keep all)",
     )
+    parser.add_argument(
+        "--resume", action="store_true", help="load: continue a stopped load of this database"
+    )
     parser.add_argument("--window-days", type=int, default=30)
     parser.add_argument("--mid-day-hours", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=10)
@@ -376,15 +394,22 @@ def main() -> None:
         print(f"dropped {args.database}")
         return
     if args.action == "load":
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{args.database}"'))
+        if not args.resume:
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{args.database}"'))
         engine = make_engine(url)
         migrate(engine)
         today = dt.datetime.now(dt.UTC).date()
         first_day = (today - dt.date(1970, 1, 1)).days - args.days
+        done = resume_point(engine) if args.resume else None
+        if done is not None:
+            first_day = done[0]
+        start_offset = 0 if done is None else done[1]
         print(
             f"loading {args.gpus:,} GPUs × {args.days} days ({first_day} … {first_day + args.days - 1}), "
-            f"{args.chunk_days} days a transaction; load {os.getloadavg()[0]:.1f}",
+            f"{args.chunk_days} days a transaction"
+            + (f", resuming after {start_offset} days" if start_offset else "")
+            + f"; load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         statements = StatementTimes(engine)
@@ -397,6 +422,7 @@ def main() -> None:
             args.chunk_days,
             args.hour_retention_days,
             args.mid_day_hours,
+            start_offset,
         )
         total = time.perf_counter() - t0
         print(f"loaded in {total:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
