@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from service import heap
 from service.ledger.keys import Packing
 from service.metrics_catalog import (
     DEFAULT_IDLE_THRESHOLD_PCT,
@@ -121,6 +122,7 @@ def normalize(samples: pl.DataFrame, window: Window) -> pl.DataFrame:
     energy, power, memory, temperature) plus ``default_metric``, ``energy_estimated``,
     ``power_avg_w`` and ``mem_used_avg_b``.
     """
+    heap.keep_freed()  # the next batch reuses this one's freed arrays (service/heap.py)
     batch = _encode(samples, window)
     if batch.frame.is_empty():
         return _decode(_empty_row_frame(), batch)
