@@ -30,7 +30,7 @@ from service.analytics.access import Access
 from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.paging import Page
 from service.analytics.query import PERIOD, LedgerQuery
-from service.analytics.window import check_hours_kept
+from service.analytics.window import check_hours_kept, first_kept_hour
 from service.ledger import segments
 from service.timeutil import HOUR_S
 
@@ -46,15 +46,22 @@ def serves(q: LedgerQuery) -> bool:
     return q.rollup and q.granularity is Granularity.HOUR and q.group_by == (Dimension.DEVICE,)
 
 
+#: Where a pooled connection keeps its database's collation (``Connection.info``: it lives as long
+#: as the database connection, and a database's collation never changes while it exists).
+_COLLATION_KEY = "gpu_ledger_datcollate"
+
+
 def _byte_ordered(conn: Connection) -> bool:
     if conn.dialect.name == "sqlite":
         return True  # BINARY collation: memcmp of UTF-8
     if conn.dialect.name != "postgresql":
         return False
-    collation = conn.exec_driver_sql(
-        "SELECT datcollate FROM pg_database WHERE datname = current_database()"
-    ).scalar()
-    return collation in BYTE_ORDER_COLLATIONS
+    info = conn.info
+    if _COLLATION_KEY not in info:  # asked once per database connection, not once a page
+        info[_COLLATION_KEY] = conn.exec_driver_sql(
+            "SELECT datcollate FROM pg_database WHERE datname = current_database()"
+        ).scalar()
+    return info[_COLLATION_KEY] in BYTE_ORDER_COLLATIONS
 
 
 def _row_terms(flt: LedgerFilter, access: Access) -> list[pl.Expr]:
@@ -166,7 +173,9 @@ def usage_frame(
     if lo_hour >= hi_hour:
         return _fold(pl.DataFrame(schema=segments.SCHEMA), *(f"gpu_{c}" for c in metric_cols))
     check_hours_kept(lo_hour)  # segments of pruned days go with their hours: none would be read
-    covered = segments.coverage(conn, lo_hour // HOURS_PER_DAY, (hi_hour - 1) // HOURS_PER_DAY)
+    # the boundary check_hours_kept looked up, where a request serves it (not asked twice)
+    kept_hour = first_kept_hour(conn)
+    covered = segments.coverage(conn, lo_hour // HOURS_PER_DAY, (hi_hour - 1) // HOURS_PER_DAY, kept_hour)
     if covered is None:
         return None
     obs, busy, idle = (f"gpu_{c}" for c in metric_cols)

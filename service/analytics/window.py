@@ -200,6 +200,14 @@ def pruned_hours_refused(conn: Connection) -> Iterator[None]:
         yield
 
 
+def first_kept_hour(conn: Connection) -> int | None:
+    """The first hour ``ledger_hour`` holds after a prune (None: none ran): the lookup of the reads
+    being served where there is one (:func:`hours_kept_from`: asked once a request), else asked of
+    ``conn``."""
+    first_hour = _HOURS_KEPT_FROM.get()
+    return first_hour() if first_hour is not None else retention.first_kept_hour(conn)
+
+
 def check_hours_kept(lo: int) -> None:
     """Raise ``HOURS_PRUNED`` when hour ``lo`` is before the first hour ``ledger_hour`` holds."""
     first_hour = _HOURS_KEPT_FROM.get()

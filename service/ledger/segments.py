@@ -32,16 +32,27 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import polars as pl
-from sqlalchemy import Connection, Float, Integer, case, cast, delete, func, insert, select
+from sqlalchemy import (
+    Connection,
+    Float,
+    Integer,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    union_all,
+)
 
 from connectors.sdk.shapes import DIMENSIONS
 from service.analytics.dims import MIXED_DEFAULT_METRIC
 from service.dbtypes import table_of
-from service.ledger import bulk, retention
+from service.ledger import bulk
 from service.ledger.rollups import hour_days
 from service.metrics_catalog import UTIL_METRICS
 from service.models import LedgerGroupDay, LedgerHour, LedgerHourSegment
-from service.timeutil import HOUR_S
 
 SEGMENT = table_of(LedgerHourSegment)
 HOUR = table_of(LedgerHour)
@@ -189,35 +200,33 @@ def rebuild(conn: Connection, first_day: int, last_day: int) -> None:
     conn.execute(insert(SEGMENT), values)
 
 
-def _pruned_day(conn: Connection) -> int | None:
-    """First day whose hours are kept, where ``gpu-ledger prune`` dropped earlier ones."""
-    before = retention.pruned_before(conn)
-    return None if before is None else int(before.timestamp()) // (HOURS_PER_DAY * HOUR_S)
-
-
-def coverage(conn: Connection, first_day: int, last_day: int) -> dict[int, int] | None:
-    """``{day: rows}`` of the segments of days ``[first_day, last_day]`` whose hours are kept, or
+def coverage(conn: Connection, first_day: int, last_day: int, kept_hour: int | None) -> dict[int, int] | None:
+    """``{day: rows}`` of the segments of days ``[first_day, last_day]`` whose hours are kept
+    (``kept_hour``: the first hour ``ledger_hour`` holds after a prune, None where none ran), or
     None unless every such day with ledger rows has its segment, of as many rows
-    (``ledger_group_day.hour_rows``)."""
-    kept = _pruned_day(conn)
+    (``ledger_group_day.hour_rows``). One statement: the segments' counts and the rollup's."""
+    kept = None if kept_hour is None else kept_hour // HOURS_PER_DAY
     lo = first_day if kept is None else max(first_day, kept)
     if lo > last_day:
         return {}
-    segments = dict(
-        conn.execute(
-            select(SEGMENT.c.day_index, SEGMENT.c.hour_rows).where(
-                SEGMENT.c.day_index >= lo, SEGMENT.c.day_index <= last_day
-            )
-        ).all()
-    )
     g = GROUP_DAY
-    counted = conn.execute(
-        select(g.c.day_index, cast(func.sum(g.c.hour_rows), Integer))
+    stmt = union_all(
+        select(literal(0).label("of_ledger"), SEGMENT.c.day_index, SEGMENT.c.hour_rows).where(
+            SEGMENT.c.day_index >= lo, SEGMENT.c.day_index <= last_day
+        ),
+        select(literal(1), g.c.day_index, cast(func.sum(g.c.hour_rows), Integer))
         .where(g.c.day_index >= lo, g.c.day_index <= last_day)
-        .group_by(g.c.day_index)
-    ).all()
-    ledger = {int(day): int(n) for day, n in counted if n}
-    return segments if ledger == {int(d): int(n) for d, n in segments.items()} else None
+        .group_by(g.c.day_index),
+    )
+    segments: dict[int, int] = {}
+    ledger: dict[int, int] = {}
+    for of_ledger, day, n in conn.execute(stmt).all():
+        if of_ledger:
+            if n:
+                ledger[int(day)] = int(n)
+        else:
+            segments[int(day)] = int(n)
+    return segments if ledger == segments else None
 
 
 def load(conn: Connection, days: Sequence[int], columns: Sequence[str]) -> Iterator[pl.DataFrame]:

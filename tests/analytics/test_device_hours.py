@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledger_rows import at, rebuild_days, row
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, event, select, update
 from sqlmodel import Session
 
 from service.analytics import device_hours
@@ -26,7 +26,7 @@ from service.analytics.dims import Dimension, Granularity, LedgerFilter
 from service.analytics.paging import Page, ResultTooLarge
 from service.analytics.query import LedgerQuery
 from service.analytics.usage import UsageRow, usage
-from service.analytics.window import check_window
+from service.analytics.window import check_window, pruned_hours_refused
 from service.ledger import segments, store
 from service.models import LedgerHour, LedgerHourSegment
 
@@ -309,3 +309,44 @@ def test_an_empty_window_reads_no_segment(engine: Engine) -> None:
         assert usage(conn, q()) == []
         frame = usage_frame(conn, q())
     assert frame.height == 0 and frame.columns[:2] == ["period_start", "device"]
+
+
+def test_coverage_counts_the_kept_days_in_one_statement(engine: Engine, fleet: None) -> None:
+    """{day: rows} of the days from the first kept hour on, from one statement; None when a
+    segment's count differs from the rollup's."""
+    d0 = int(at(0).timestamp()) // 86400
+    seen: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    with engine.connect() as conn:
+        assert segments.coverage(conn, d0, d0 + 1, None) == {d0: 4, d0 + 1: 1}
+        assert seen and len(seen) == 1
+        assert segments.coverage(conn, d0, d0 + 1, (d0 + 1) * 24) == {d0 + 1: 1}  # day 0 pruned
+        assert segments.coverage(conn, d0, d0 + 1, (d0 + 2) * 24) == {}
+        assert segments.coverage(conn, d0 - 3, d0 + 9, None) == {d0: 4, d0 + 1: 1}
+    with engine.begin() as conn:
+        conn.execute(update(LedgerHourSegment).where(LedgerHourSegment.day_index == d0).values(hour_rows=3))
+    with engine.connect() as conn:
+        assert segments.coverage(conn, d0, d0 + 1, None) is None
+        assert segments.coverage(conn, d0 + 1, d0 + 1, None) == {d0 + 1: 1}
+
+
+def test_a_page_asks_the_collation_once_a_connection_and_the_boundary_once_a_request(
+    engine: Engine, fleet: None
+) -> None:
+    """Per request (``pruned_hours_refused``, as the API serves one): the prune boundary once (the
+    lookup check_hours_kept made, coverage reuses it), the coverage in one statement; the
+    database's collation once per database connection."""
+    seen: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    cols = ("observed_s", "busy_s", "idle_s")
+    with engine.connect() as conn:
+        for n in range(2):
+            seen.clear()
+            with pruned_hours_refused(conn):
+                frame = device_hours.usage_frame(conn, q(), cols, Page("usage", first=2))
+            assert frame is not None and frame.height == 2
+            seen = [s for s in seen if "ledger_hour_segment.arrow" not in s]  # the days' segments
+            asked = ["datcollate" in s for s in seen], ["ledger_retention" in s for s in seen]
+            collation = 1 if n == 0 and engine.dialect.name == "postgresql" else 0
+            assert (sum(asked[0]), sum(asked[1])) == (collation, 1), seen
+            assert len(seen) == collation + 2, seen  # the boundary, the coverage
