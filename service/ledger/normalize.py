@@ -1094,39 +1094,61 @@ def _runs(
 
 
 def _widen(per_metric: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
-    """Per-(row, metric) stats → one wide row per ledger row (small frames from here on)."""
-    dev_hour = pl.col("rk") // (1 << batch.row_key.shift_of("hour"))
-    sm_hours = per_metric.filter(pl.col("metric") == _SM).select(dev_hour.alias("dh")).unique()
-    columns: list[pl.Expr] = []
-    for metric in UTIL_METRICS:
-        is_m = pl.col("metric") == _CODE[metric.value]
-        columns += [
-            pl.col("w").filter(is_m).sum().alias(f"obs_{metric.value}"),
-            (pl.col("wv") / 100.0).filter(is_m).sum().alias(f"busy_{metric.value}"),
-            pl.col("w_idle").filter(is_m).sum().alias(f"idle_{metric.value}"),
-        ]
+    """Per-(row, metric) stats → one wide row per ledger row (small frames from here on).
 
-    def of(metric: Metric) -> pl.Expr:
-        return pl.col("metric") == _CODE[metric.value]
+    Each (row, metric) is one row of ``per_metric``, so a wide column is that row's value placed
+    by index (the sum of one value is the value; of none, 0; the max of none, null) — NumPy over
+    the rows once, where a group-by with a filtered aggregation per column cost as much as the
+    sums over every sample."""
+    rk, metric = per_metric["rk"].to_numpy(), per_metric["metric"].to_numpy()
+    keys, row = np.unique(rk, return_inverse=True)
+    row = row.ravel()
+    rows_of = {code: np.flatnonzero(metric == code) for code in np.unique(metric).tolist()}
+    none = np.empty(0, dtype=np.int64)
+    wide: dict[str, np.ndarray] = {"rk": keys}
+    present: dict[str, np.ndarray] = {}  # rows that have a value (else null), of the max columns
+    columns = {name: per_metric[name].to_numpy() for name in per_metric.columns}
+    # Divided as the group-by did, over the whole column: Polars multiplies by the reciprocal
+    # (divides exactly when the column has one value), and the rows keep those bits.
+    columns["busy"] = (per_metric["wv"] / 100.0).to_numpy()
 
-    columns += [
-        pl.col("wv").filter(of(Metric.POWER_W)).sum().alias("power_wms"),
-        pl.col("w").filter(of(Metric.POWER_W)).sum().alias("power_ms"),
-        pl.col("v_max").filter(of(Metric.MEM_USED_B)).max().alias("mem_used_max_b"),
-        pl.col("wv").filter(of(Metric.MEM_USED_B)).sum().alias("mem_wms"),
-        pl.col("w").filter(of(Metric.MEM_USED_B)).sum().alias("mem_ms"),
-        pl.col("v_max").filter(of(Metric.MEM_TOTAL_B)).max().alias("mem_total_b"),
-        pl.col("v_max").filter(of(Metric.TEMP_C)).max().alias("temp_max_c"),
-    ]
-    wide = per_metric.group_by("rk").agg(columns)
-    wide = wide.with_columns(dev_hour.is_in(sm_hours["dh"].implode()).alias("has_sm"))
-    default_code = pl.when(pl.col("has_sm")).then(pl.lit(_SM)).otherwise(pl.lit(_GPU))
-    hist = (
-        per_metric.join(wide.select("rk", "has_sm"), on="rk")
-        .filter(pl.col("metric") == default_code)
-        .select("rk", *[pl.col(f"h{i}").alias(col) for i, col in enumerate(HIST_COLUMNS)])
+    def place(name: str, column: str, code: int, at: np.ndarray | None = None) -> None:
+        at = rows_of.get(code, none) if at is None else at
+        out = np.zeros(len(keys))
+        out[row[at]] = columns[column][at]
+        wide[name] = out
+
+    for m in UTIL_METRICS:
+        code = _CODE[m.value]
+        place(f"obs_{m.value}", "w", code)
+        place(f"busy_{m.value}", "busy", code)
+        place(f"idle_{m.value}", "w_idle", code)
+    power, used = _CODE[Metric.POWER_W.value], _CODE[Metric.MEM_USED_B.value]
+    place("power_wms", "wv", power)
+    place("power_ms", "w", power)
+    place("mem_wms", "wv", used)
+    place("mem_ms", "w", used)
+    for name, metric_max in (("mem_used_max_b", Metric.MEM_USED_B), ("mem_total_b", Metric.MEM_TOTAL_B),
+                             ("temp_max_c", Metric.TEMP_C)):  # fmt: skip
+        code = _CODE[metric_max.value]
+        place(name, "v_max", code)
+        present[name] = np.zeros(len(keys), dtype=bool)
+        present[name][row[rows_of.get(code, none)]] = True
+    # A device-hour with sm_active for any workload reads it as every workload's default metric.
+    shift = batch.row_key.shift_of("hour")
+    sm_dev_hours = np.unique(rk[rows_of.get(_SM, none)] >> shift)
+    has_sm = np.isin(keys >> shift, sm_dev_hours)
+    picked = np.flatnonzero(metric == np.where(has_sm, _SM, _GPU)[row])  # its histogram's rows
+    present["hist"] = np.zeros(len(keys), dtype=bool)
+    present["hist"][row[picked]] = True
+    for i, column in enumerate(HIST_COLUMNS):
+        place(column, f"h{i}", -1, picked)
+    frame = pl.DataFrame(wide).with_columns(pl.Series("has_sm", has_sm))
+    masks = pl.DataFrame(present)
+    return frame.with_columns(
+        [pl.when(masks[name]).then(pl.col(name)) for name in ("mem_used_max_b", "mem_total_b", "temp_max_c")]
+        + [pl.when(masks["hist"]).then(pl.col(column)) for column in HIST_COLUMNS]
     )
-    return wide.join(hist, on="rk", how="left")
 
 
 def _energy(batch: _Batch, window: Window, ordered: _Ordered) -> pl.DataFrame:
