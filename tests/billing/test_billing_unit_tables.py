@@ -262,3 +262,43 @@ def test_a_periods_import_still_deletes_its_lines_from_other_tables(pg: Engine) 
     with pg.connect() as conn:
         assert [k for k, _, _ in keys(conn)] == ["a"]
         assert sorted(unit_tables(conn).values()) == [0, 1]  # August's table, now empty; September's
+
+
+def _visibility(conn: Connection, name: str) -> tuple[int, int]:
+    """(pages, all-visible pages) of unit table ``name`` as its ANALYZE recorded them."""
+    found = conn.execute(
+        text("SELECT relpages, relallvisible FROM pg_class WHERE oid = to_regclass(:t)"),
+        {"t": f'"{store.UNIT_SCHEMA}"."{name}"'},
+    ).one()
+    return int(found[0]), int(found[1])
+
+
+@pytest.mark.postgres
+def test_a_unit_tables_lines_are_copied_frozen(pg: Engine) -> None:
+    """COPY … (FREEZE): the new table's pages are all-visible as loaded (a plain COPY leaves none
+    so until a vacuum), with the same lines."""
+    keys_ = [f"k{i:05d}" for i in range(3000)]
+    result = run(pg, part(1, keys_[:1500]), part(2, keys_[1500:]))
+    assert (result.accepted, result.refused) == (3000, 0)
+    with pg.connect() as conn:
+        (name,) = unit_tables(conn)
+        pages, visible = _visibility(conn, name)
+        assert pages > 1 and visible == pages
+        assert [k for k, _, _ in keys(conn)] == keys_
+
+
+@pytest.mark.postgres
+def test_repeatable_read_imports_frozen_too(pg_url: str, pg: Engine) -> None:
+    """COPY FREEZE is refused after "prior transaction activity" (a second registered snapshot, an
+    open portal), not for the one snapshot a REPEATABLE READ transaction holds."""
+    engine = make_engine(pg_url, isolation_level="REPEATABLE READ")
+    try:
+        result = run(engine, part(1, ["a", "b"]), part(2, ["c"]))
+        assert (result.accepted, result.refused) == (3, 0)
+        with engine.connect() as conn:
+            (name,) = unit_tables(conn)
+            pages, visible = _visibility(conn, name)
+            assert pages >= 1 and visible == pages
+            assert [k for k, _, _ in keys(conn)] == ["a", "b", "c"]
+    finally:
+        engine.dispose()
