@@ -1108,9 +1108,9 @@ def _widen(per_metric: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
     wide: dict[str, np.ndarray] = {"rk": keys}
     present: dict[str, np.ndarray] = {}  # rows that have a value (else null), of the max columns
     columns = {name: per_metric[name].to_numpy() for name in per_metric.columns}
-    # Divided as the group-by did, over the whole column: Polars multiplies by the reciprocal
-    # (divides exactly when the column has one value), and the rows keep those bits.
-    columns["busy"] = (per_metric["wv"] / 100.0).to_numpy()
+    # Divided as the group-by did, by an expression over the whole column: Polars multiplies by
+    # the reciprocal (divides exactly when the frame has one row), and the rows keep those bits.
+    columns["busy"] = per_metric.select(pl.col("wv") / 100.0).to_series().to_numpy()
 
     def place(name: str, column: str, code: int, at: np.ndarray | None = None) -> None:
         at = rows_of.get(code, none) if at is None else at

@@ -135,3 +135,19 @@ def test_widen_by_hand() -> None:
     assert got["mem_used_max_b"].to_list() == [None, None, None]
     assert got[HIST_COLUMNS[2]].to_list() == [2.0, None, 32.0]
     same(per_metric)
+
+
+def test_busy_divided_as_polars_divides_the_column() -> None:
+    # Polars divides a column by a constant as a product with its reciprocal, but a one-row frame
+    # exactly; the group-by's bits, kept in both cases.
+    wv = 127598648825.625
+    zero = {"w": 0.0, "w_idle": 0.0, "v_max": 0.0, **{f"h{i}": 0.0 for i in range(len(HIST_COLUMNS))}}
+    gpu, power = N._CODE["gpu_util"], N._CODE["power_w"]
+    one = pl.DataFrame([{"rk": 0, "metric": gpu, "wv": wv, **zero}])
+    two = pl.DataFrame(
+        [{"rk": 0, "metric": gpu, "wv": wv, **zero}, {"rk": 0, "metric": power, "wv": 0.0, **zero}]
+    )
+    assert repr(N._widen(one, BATCH)["busy_gpu_util"][0]) == "1275986488.25625"  # wv / 100
+    assert repr(N._widen(two, BATCH)["busy_gpu_util"][0]) == "1275986488.2562501"  # wv × 0.01
+    same(one)
+    same(two)
