@@ -46,22 +46,13 @@ def serves(q: LedgerQuery) -> bool:
     return q.rollup and q.granularity is Granularity.HOUR and q.group_by == (Dimension.DEVICE,)
 
 
-#: Where a pooled connection keeps its database's collation (``Connection.info``: it lives as long
-#: as the database connection, and a database's collation never changes while it exists).
-_COLLATION_KEY = "gpu_ledger_datcollate"
-
-
 def _byte_ordered(conn: Connection) -> bool:
     if conn.dialect.name == "sqlite":
         return True  # BINARY collation: memcmp of UTF-8
     if conn.dialect.name != "postgresql":
         return False
-    info = conn.info
-    if _COLLATION_KEY not in info:  # asked once per database connection, not once a page
-        info[_COLLATION_KEY] = conn.exec_driver_sql(
-            "SELECT datcollate FROM pg_database WHERE datname = current_database()"
-        ).scalar()
-    return info[_COLLATION_KEY] in BYTE_ORDER_COLLATIONS
+    # asked once per database connection, not once a page
+    return segments.collation(conn) in BYTE_ORDER_COLLATIONS
 
 
 def _row_terms(flt: LedgerFilter, access: Access) -> list[pl.Expr]:

@@ -28,6 +28,8 @@ the fly — and migration 0012 rebuilds every stored day in format 2.
 from __future__ import annotations
 
 import io
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -229,23 +231,138 @@ def coverage(conn: Connection, first_day: int, last_day: int, kept_hour: int | N
     return segments if ledger == segments else None
 
 
+class DecodedSegments:
+    """The last few day segments decoded (PostgreSQL), by what fixes their content: the database
+    (server, database oid, the server's start), the day, the stored row version (``xmin``, ``ctid``:
+    a segment is rewritten as a new row by every writer, :func:`rebuild`; and its size) and the
+    columns read.
+
+    A client paging through a window reads each day's segment twice: a page ends inside a day,
+    and the next page starts there (a page of 50,000 device-hours of 1,000 GPUs spans three days,
+    one of them its predecessor's last). Kept here, that day is neither fetched again nor
+    decoded. At most ``max_entries`` segments and ``max_b`` bytes are kept, least recently used
+    out: a page's days and the next page's first, not a window (a second pass over a window reads
+    every day again).
+    """
+
+    def __init__(self, max_entries: int = 6, max_b: int = 96 * 2**20) -> None:
+        self.max_entries, self.max_b = max_entries, max_b
+        self._frames: OrderedDict[tuple[Any, ...], tuple[pl.DataFrame, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # pages are read in several threadpool threads at once
+
+    def held(
+        self, database: tuple[Any, ...], days: Sequence[int], columns: tuple[str, ...]
+    ) -> dict[int, tuple[str, pl.DataFrame]]:
+        """``{day: (row version, frame)}`` of the days kept for ``database`` and ``columns``."""
+        with self._lock:
+            return {
+                key[1]: (key[2], frame)
+                for key, (frame, _) in self._frames.items()
+                if key[0] == database and key[3] == columns and key[1] in days
+            }
+
+    def put(self, key: tuple[Any, ...], frame: pl.DataFrame) -> None:
+        size = int(frame.estimated_size())
+        if size > self.max_b:
+            return
+        with self._lock:
+            old = self._frames.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._frames[key] = (frame, size)
+            self._bytes += size
+            while len(self._frames) > self.max_entries or self._bytes > self.max_b:
+                _, (_, dropped) = self._frames.popitem(last=False)
+                self._bytes -= dropped
+
+    def touch(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            if key in self._frames:
+                self._frames.move_to_end(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._frames.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+
+#: This process's decoded segments (:class:`DecodedSegments`).
+DECODED = DecodedSegments()
+#: Where a pooled connection keeps its database's facts (``Connection.info``: as long as the
+#: database connection lives; neither fact changes while the database exists).
+_DATABASE_KEY = "gpu_ledger_segment_database"
+
+
+def _database_facts(conn: Connection) -> tuple[tuple[Any, ...], str]:
+    """(what names the database, its collation), asked once per database connection."""
+    info = conn.info
+    if _DATABASE_KEY not in info:
+        oid, started, collation = conn.exec_driver_sql(
+            "SELECT oid, pg_postmaster_start_time(), datcollate FROM pg_database "
+            "WHERE datname = current_database()"
+        ).one()
+        url = conn.engine.url
+        info[_DATABASE_KEY] = ((url.host, url.port, url.database, int(oid), started), str(collation))
+    facts: tuple[tuple[Any, ...], str] = info[_DATABASE_KEY]
+    return facts
+
+
+def collation(conn: Connection) -> str:
+    """The PostgreSQL database's collation (``pg_database.datcollate``)."""
+    return _database_facts(conn)[1]
+
+
+def _database(conn: Connection) -> tuple[Any, ...]:
+    """The server, the database's oid and the server's start: with a row's ``xmin`` and ``ctid``,
+    what names one stored segment row version (transaction ids and oids are the server's own)."""
+    return _database_facts(conn)[0]
+
+
+#: A segment row's version: its day, ``xmin``, ``ctid`` (a new row for every rewrite) and size
+#: (read from the stored value's header, not fetched).
+_VERSION_SQL = "day_index::text || ':' || xmin::text || ':' || ctid::text || ':' || octet_length(arrow)::text"
+
+
 def load(conn: Connection, days: Sequence[int], columns: Sequence[str]) -> Iterator[pl.DataFrame]:
-    """The segments of ``days`` (each has one), in day order, with ``columns`` only."""
+    """The segments of ``days`` (each has one), in day order, with ``columns`` only (PostgreSQL:
+    the ones :data:`DECODED` holds in the version stored now are not fetched nor decoded)."""
     if not days:
+        return
+    if conn.dialect.name == "postgresql":
+        yield from _load_pg(conn, sorted(days), tuple(columns))
         return
     stmt = (
         select(SEGMENT.c.day_index, SEGMENT.c.arrow)
         .where(SEGMENT.c.day_index.in_(sorted(days)))
         .order_by(SEGMENT.c.day_index)
     )
-    if conn.dialect.name == "postgresql":
-        # bytea in binary: as stored, not as hex text twice its size to decode
-        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
-        raw: Any = conn.connection.dbapi_connection
-        with raw.cursor() as cursor:
-            cursor.execute(str(compiled), binary=True)
-            for _day, data in cursor:
-                yield decode(data, columns)
-        return
     for _day, data in conn.execute(stmt):
         yield decode(bytes(data), columns)
+
+
+def _load_pg(conn: Connection, days: list[int], columns: tuple[str, ...]) -> Iterator[pl.DataFrame]:
+    database = _database(conn)
+    held = DECODED.held(database, days, columns)
+    known = [version for version, _ in held.values()]
+    # One statement: each day's row version, and its bytes unless that version is held (read
+    # as binary bytea, not as hex text twice its size to decode).
+    sql = (
+        f"SELECT day_index, {_VERSION_SQL}, CASE WHEN {_VERSION_SQL} = ANY(%s) THEN NULL ELSE arrow END "
+        f"FROM {SEGMENT.name} WHERE day_index = ANY(%s) ORDER BY day_index"
+    )
+    raw: Any = conn.connection.dbapi_connection
+    with raw.cursor() as cursor:
+        cursor.execute(sql, (known, days), binary=True)
+        for day, version, data in cursor:
+            key = (database, int(day), version, columns)
+            if data is None:  # held, in this very version
+                DECODED.touch(key)
+                yield held[int(day)][1]
+                continue
+            frame = decode(data, columns)
+            DECODED.put(key, frame)
+            yield frame
