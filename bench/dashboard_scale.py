@@ -58,6 +58,7 @@ from graphql_latency import (  # noqa: E402  (bench/ is not a package)
     ENVIRONMENTS,
     HOUR_S,
     MODELS,
+    MONTHLY_COST_BY_PROJECT,
     answer_rows,
     ledger_frame,
     measure_questions,
@@ -336,6 +337,52 @@ def resume_point(engine: Engine) -> tuple[int, int] | None:
     return None if lo is None else (int(lo), int(hi) - int(lo) + 1)
 
 
+def monthly_from_ledger_day(conn: Any, first_day: int, last_day: int) -> dict[tuple, Decimal]:
+    """(month start, project, currency) → cost of days ``[first_day, last_day]`` summed from
+    ``ledger_day``: the device-level rollup, kept past the hours' retention and rebuilt from the
+    hours apart from the group rollups the served answer reads (an independent sum)."""
+    rows = conn.execute(
+        text(
+            "SELECT month_index, project, currency, sum(cost) FROM ledger_day "
+            "WHERE day_index >= :lo AND day_index <= :hi GROUP BY 1, 2, 3"
+        ),
+        {"lo": first_day, "hi": last_day},
+    ).all()
+    return {(month_start(int(m)), p, c): v for m, p, c, v in rows if v is not None}
+
+
+def served_monthly(rows: list[dict[str, Any]]) -> dict[tuple, Decimal]:
+    """The monthly answer's rows as :func:`monthly_from_ledger_day`'s keys."""
+    return {
+        (dt.datetime.fromisoformat(r["periodStart"]), r["project"], r["cost"]["currency"]): Decimal(
+            r["cost"]["amount"]
+        )
+        for r in rows
+    }
+
+
+def check_monthly(url: str, first_day: int, last_day: int) -> None:
+    """The served monthly cost by project over the whole loaded range equals ``ledger_day``'s sums
+    (:func:`monthly_from_ledger_day`), exactly, or it fails."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        expected = monthly_from_ledger_day(conn, first_day, last_day)
+    engine.dispose()
+    server, target = start_server(url, device_level=False)
+    try:
+        w = window_of(EPOCH + dt.timedelta(days=first_day), EPOCH + dt.timedelta(days=last_day + 1))
+        got = served_monthly(answer_rows(post(target, MONTHLY_COST_BY_PROJECT, {"w": w})))
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert got == expected, f"monthly by project differs from ledger_day: {got} != {expected}"
+    print(
+        f"monthly cost by project {w['start']} – {w['end']}: {len(got)} rows, equal to ledger_day's "
+        f"sums ({len({k[0] for k in got})} months, total {sum(got.values())})",
+        flush=True,
+    )
+
+
 def url_of(database: str) -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + f"/{database}"
 
@@ -447,6 +494,8 @@ def main() -> None:
             compare=args.compare,
             only=None if args.questions == "all" else set(args.questions.split(",")),
         )
+        if args.questions == "all" or "monthly" in args.questions.split(","):
+            check_monthly(url, int(lo), int(hi))
         if args.questions == "all" or "pruned" in args.questions.split(","):
             measure_pruned(url, args.repeat)
 

@@ -7,10 +7,12 @@ after the first chunk, resumed: every day once, each day's rollups equal to its 
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 
@@ -59,3 +61,48 @@ def test_resume_continues_after_the_last_loaded_day(
     assert [d for d, _, _ in days] == [first, first + 1, first + 2, first + 3, first + 4]
     assert all(8 * 24 <= n < 2 * 8 * 24 for _, n, _ in days)
     assert {d: c for d, _, c in days} == rolled
+
+
+@pytest.mark.postgres
+def test_monthly_check_holds_the_served_answer_to_ledger_day(
+    fresh_pg_database: Callable[[], AbstractContextManager[str]],
+) -> None:
+    """``measure`` holds the year's monthly cost by project to ``ledger_day``: equal on a load that
+    crosses a month end; a group rollup changed behind the hours' back fails it."""
+    bench = _bench()
+    first = (dt.date(2026, 3, 31) - dt.date(1970, 1, 1)).days  # 31 March and 1 April
+    with fresh_pg_database() as url:
+        engine = make_engine(url)
+        migrate(engine)
+        bench.load_fleet(engine, 8, first, 2, 2)
+        with engine.connect() as conn:
+            monthly = bench.monthly_from_ledger_day(conn, first, first + 1)
+        # each device-hour costs its environment's hourly rate (a split hour: two halves), two
+        # devices per environment: 24 h × 2 × (2.10 + 6.88 + 11.06 + 12.29) = 1,551.84 USD a day
+        totals: dict[dt.datetime, Decimal] = {}
+        for (month, _project, currency), cost in monthly.items():
+            assert currency == "USD"
+            totals[month] = totals.get(month, Decimal(0)) + cost
+        assert totals == {
+            dt.datetime(2026, 3, 1, tzinfo=dt.UTC): Decimal("1551.84"),
+            dt.datetime(2026, 4, 1, tzinfo=dt.UTC): Decimal("1551.84"),
+        }
+        bench.check_monthly(url, first, first + 1)
+        with engine.begin() as conn:
+            one = "(SELECT min(id) FROM ledger_group_day)"
+            conn.execute(text(f"UPDATE ledger_group_day SET cost = cost + 1 WHERE id = {one}"))
+        engine.dispose()
+        with pytest.raises(AssertionError, match="differs from ledger_day"):
+            bench.check_monthly(url, first, first + 1)
+
+
+def test_served_monthly_rows_keyed_as_ledger_day_sums() -> None:
+    march, april = "2026-03-01T00:00:00+00:00", "2026-04-01T00:00:00+00:00"
+    rows = [
+        {"periodStart": march, "project": "a", "cost": {"amount": "1.500000000", "currency": "USD"}},
+        {"periodStart": april, "project": None, "cost": {"amount": "2", "currency": "EUR"}},
+    ]
+    assert _bench().served_monthly(rows) == {
+        (dt.datetime(2026, 3, 1, tzinfo=dt.UTC), "a", "USD"): Decimal("1.5"),
+        (dt.datetime(2026, 4, 1, tzinfo=dt.UTC), None, "EUR"): Decimal("2"),
+    }
