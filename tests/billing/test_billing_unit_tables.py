@@ -5,6 +5,7 @@ see is what they saw when every line went into ``billing_line`` itself."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,7 +16,7 @@ from sqlalchemy import Connection, Engine, text
 
 from connectors.base import RetriableError
 from connectors.billing import BillingBatch
-from service.billing import store
+from service.billing import ingest, store
 from service.billing.ingest import BillingImportResult, ingest_billing
 from service.billing.keyhashes import KeyHashes
 from service.db import make_engine
@@ -302,3 +303,64 @@ def test_repeatable_read_imports_frozen_too(pg_url: str, pg: Engine) -> None:
             assert [k for k, _, _ in keys(conn)] == ["a", "b", "c"]
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_batch_is_copied_in_the_writer_thread_while_the_next_one_is_checked(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The COPY of a batch runs in the writer thread; the import's thread goes on with the next
+    batch meanwhile — here it fills that batch's GPU counts while the first COPY is still held open
+    — and the lines land in order, as a synchronous COPY left them."""
+    copy_lines, fill_gpus = store.copy_lines, ingest.fill_gpus
+    next_batch_filled = threading.Event()
+    copies: list[tuple[str, bool]] = []
+
+    def held_copy(*args: object) -> int:
+        # the first COPY waits (bounded) until the next batch is being worked on
+        overlapped = next_batch_filled.wait(timeout=5) if not copies else True
+        copies.append((threading.current_thread().name, overlapped))
+        return copy_lines(*args)  # type: ignore[arg-type]
+
+    def counting_fill(*args: object, **kwargs: object) -> pl.DataFrame:
+        if copies or fill_gpus_calls:
+            next_batch_filled.set()
+        fill_gpus_calls.append(1)
+        return fill_gpus(*args, **kwargs)  # type: ignore[arg-type]
+
+    fill_gpus_calls: list[int] = []
+    monkeypatch.setattr(store, "copy_lines", held_copy)
+    monkeypatch.setattr(ingest, "fill_gpus", counting_fill)
+    result = run(pg, part(1, ["a", "b"]), part(2, ["c"]), part(3, ["d"]))
+    assert (result.accepted, result.refused) == (4, 0)
+    assert [overlapped for _, overlapped in copies] == [True, True, True]
+    assert all(name.startswith("billing-copy") for name, _ in copies)
+    with pg.connect() as conn:
+        assert [k for k, _, _ in keys(conn)] == ["a", "b", "c", "d"]
+
+
+@pytest.mark.postgres
+def test_a_copy_failing_in_the_writer_thread_rolls_the_period_back(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error of a COPY in flight is raised in the import (at the next use of the connection, or
+    the period's commit): the period is rolled back, its old lines and table stay."""
+    run(pg, part(1, ["a"]))
+    copy_lines = store.copy_lines
+    calls: list[int] = []
+
+    def failing_second(*args: object) -> int:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the server went away")
+        return copy_lines(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "copy_lines", failing_second)
+    for batches in ([part(1, ["n1"]), part(2, ["n2"]), part(3, ["n3"])], [part(1, ["n1"]), part(2, ["n2"])]):
+        calls.clear()
+        with pytest.raises(RuntimeError, match="the server went away"):
+            run(pg, *batches)
+        with pg.connect() as conn:
+            assert unit_tables(conn) == {store.unit_prefix("bills", SEP) + "1": 1}
+            assert [k for k, _, _ in keys(conn)] == ["a"]
+            assert conn.exec_driver_sql("SELECT count(*) FROM rejection").scalar_one() == 0
