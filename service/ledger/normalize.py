@@ -1323,6 +1323,9 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
             rows = rows.with_columns(pl.lit(None, dtype=pl.Float64).alias(column))
     if "has_sm" not in rows.columns:
         rows = rows.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_sm"))
+    # The codes are ranks of the sorted strings (``_encode``), so the key's order is the rows'
+    # order by (device_id, hour_index, workload_key): sorted by one integer here, not by strings.
+    rows = rows.sort("rk")
     key = batch.row_key
     rk = pl.col("rk")
     zero_filled = [f"{p}_{m.value}" for m in UTIL_METRICS for p in ("obs", "busy", "idle")] + list(
@@ -1375,6 +1378,4 @@ def _decode(rows: pl.DataFrame, batch: _Batch) -> pl.DataFrame:
         pl.col("dev").map_batches(lambda c: devices.gather(c), return_dtype=pl.String),
         pl.col("wl").map_batches(lambda c: workloads.gather(c), return_dtype=pl.String),
     )
-    return out.rename({"dev": "device_id", "wl": "workload_key"}).sort(
-        "device_id", "hour_index", "workload_key"
-    )
+    return out.rename({"dev": "device_id", "wl": "workload_key"})

@@ -83,6 +83,46 @@ def test_string_and_categorical_input_give_identical_ledgers(rows, which) -> Non
     assert_frame_equal(normalize(as_enum(samples), WINDOW), expected)
 
 
+def assert_sorted_by_key(rows: pl.DataFrame) -> None:
+    """Rows in (device_id, hour_index, workload_key) order, as Polars sorts the strings."""
+    assert_frame_equal(rows, rows.sort("device_id", "hour_index", "workload_key"))
+
+
+# ``_decode`` sorts by the packed key, not by strings: the codes must be ranks of the sorted
+# strings whatever order a Categorical or Enum holds them in.
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=readings)
+def test_rows_come_sorted_by_their_strings(rows) -> None:
+    samples = frame(rows)
+    for variant in (samples, as_categorical(samples, KEYS), as_enum(samples)):
+        assert_sorted_by_key(normalize(variant, WINDOW))
+
+
+def test_rows_sorted_by_bytes_not_by_first_appearance() -> None:
+    # Categorical codes follow first appearance ("é", "b", "GPU-9", ...); the rows follow the
+    # strings' bytes: "GPU-10" < "GPU-9" < "a" < "b" < "é", and "" (no workload) first.
+    devices = ["é", "b", "GPU-9", "a", "GPU-10"]
+    owners = ["w2", None, "W1", "w10"]
+    rows = [
+        (device, t * M, "gpu_util", 50.0, owners[(i + t) % len(owners)], 1.0)
+        for i, device in enumerate(devices)
+        for t in range(0, 180, 15)
+    ]
+    samples = frame(rows)
+    got = normalize(as_categorical(samples, KEYS), WINDOW)
+    assert got["device_id"].unique(maintain_order=True).to_list() == ["GPU-10", "GPU-9", "a", "b", "é"]
+    assert got.filter(pl.col("device_id") == "a", pl.col("hour_index") == 0)["workload_key"].to_list() == [
+        "",
+        "W1",
+        "w10",
+        "w2",
+    ]
+    assert_sorted_by_key(got)
+    assert_frame_equal(got, normalize(samples, WINDOW))
+    assert_frame_equal(normalize(as_enum(samples), WINDOW), got)
+
+
 # Scrape-like readings: each device reports every metric at the same times, for one owner at a
 # time; then some perturbation (a lost field, a repeat, a time-sliced reading, another order).
 @st.composite
