@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text
@@ -33,6 +34,8 @@ _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
 #: Bytes handed to the driver at a time by a COPY.
 _COPY_BLOCK = 1 << 20
+#: Rows of a text COPY formatted and handed to the server at a time (:func:`copy_text_into`).
+_COPY_ROWS = 2_000
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
 
@@ -509,17 +512,22 @@ def copy_text_into(conn: Connection, target: str, frame: pl.DataFrame, *, freeze
                 escaped.append(value.alias(column))
         if escaped:
             frame = frame.with_columns(escaped)
-    data = frame.write_csv(include_header=False, separator="\t", quote_style="never", null_value="\\N")
     names = ", ".join(f'"{c}"' for c in frame.columns)
     driver = conn.connection.driver_connection
     assert driver is not None, "a connection in use has its driver connection"
     cursor = driver.cursor()
     try:
         with cursor.copy(f"COPY {target} ({names}) FROM STDIN{' (FREEZE)' if freeze else ''}") as copy:
-            for i in range(0, len(data), _COPY_BLOCK):
-                copy.write(data[i : i + _COPY_BLOCK])
+            # written :data:`_COPY_ROWS` rows at a time: the server parses and stores a piece while
+            # the next one is formatted, where a whole batch's text used to be formatted first
+            for piece in frame.iter_slices(_COPY_ROWS):
+                copy.write(piece.write_csv(include_header=False, **_TEXT_FORMAT))
     finally:
         cursor.close()
+
+
+#: Polars' CSV writer set to PostgreSQL's text COPY format (values escaped by copy_text_into).
+_TEXT_FORMAT: dict[str, Any] = {"separator": "\t", "quote_style": "never", "null_value": "\\N"}
 
 
 def _pg_times(frame: pl.DataFrame) -> pl.DataFrame:

@@ -182,10 +182,16 @@ _HOSTILE_TEXT = st.text(
 
 @pytest.mark.postgres
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(values=st.lists(st.one_of(st.none(), _HOSTILE_TEXT), min_size=1, max_size=20))
-def test_text_copy_stores_what_csv_copy_stores(pg_url: str, values: list[str | None]) -> None:
+@given(
+    values=st.lists(st.one_of(st.none(), _HOSTILE_TEXT), min_size=1, max_size=20),
+    rows_per_write=st.integers(1, 25),
+)
+def test_text_copy_stores_what_csv_copy_stores(
+    pg_url: str, values: list[str | None], rows_per_write: int
+) -> None:
     """The unit table's COPY (text format) stores every value exactly as the CSV COPY did: nulls
-    and empty strings apart, backslashes, tabs, newlines, quotes and ``\\N`` as written."""
+    and empty strings apart, backslashes, tabs, newlines, quotes and ``\\N`` as written — however
+    many rows it writes at a time."""
     from service.db import make_engine
 
     engine = make_engine(pg_url)
@@ -207,10 +213,40 @@ def test_text_copy_stores_what_csv_copy_stores(pg_url: str, values: list[str | N
             )
             conn.exec_driver_sql("CREATE TEMP TABLE copy_text (LIKE copy_csv) ON COMMIT DROP")
             bulk.copy_csv_into(conn, "copy_csv", frame)
-            store.copy_text_into(conn, "copy_text", frame)
+            with mock.patch.object(store, "_COPY_ROWS", rows_per_write):
+                store.copy_text_into(conn, "copy_text", frame)
             by_csv = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_csv ORDER BY i").all()
             by_text = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_text ORDER BY i").all()
     finally:
         engine.dispose()
     assert by_text == by_csv
     assert [r[0] for r in by_text] == values
+
+
+@pytest.mark.postgres
+def test_text_copy_hands_the_server_whole_rows_a_few_at_a_time(pg_url: str) -> None:
+    """The COPY's text goes to the server :data:`store._COPY_ROWS` rows at a time, each piece
+    written as it is formatted (the server stores one while the next is made), whole rows each."""
+    import psycopg
+
+    from service.db import make_engine
+
+    engine = make_engine(pg_url)
+    frame = pl.DataFrame({"t": ["a", "b\tc", None, "d", "e"], "i": [1, 2, 3, 4, 5]})
+    pieces: list[bytes] = []
+    write = psycopg.Copy.write
+
+    def spy(self: psycopg.Copy, data: bytes | str) -> None:
+        pieces.append(bytes(data, "utf-8") if isinstance(data, str) else bytes(data))
+        write(self, data)
+
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TEMP TABLE copy_pieces (t text, i bigint) ON COMMIT DROP")
+            with mock.patch.object(store, "_COPY_ROWS", 2), mock.patch.object(psycopg.Copy, "write", spy):
+                store.copy_text_into(conn, "copy_pieces", frame)
+            stored = conn.exec_driver_sql("SELECT t, i FROM copy_pieces ORDER BY i").all()
+    finally:
+        engine.dispose()
+    assert pieces == [b"a\t1\nb\\tc\t2\n", b"\\N\t3\nd\t4\n", b"e\t5\n"]
+    assert [tuple(r) for r in stored] == [("a", 1), ("b\tc", 2), (None, 3), ("d", 4), ("e", 5)]
