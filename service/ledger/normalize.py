@@ -418,7 +418,35 @@ def _join_pieces(
     rows += np.arange(len(ts))
     new_chain = np.ones(len(order), dtype=bool)
     new_chain[1:] = ~same
-    return frame[rows], offsets[new_chain]
+    return _gather(
+        frame, rows, ts, one_metric=bool(np.all(chains % _N_METRICS == chains[0] % _N_METRICS))
+    ), offsets[new_chain]
+
+
+def _gather(frame: pl.DataFrame, rows: np.ndarray, ts: np.ndarray, one_metric: bool) -> pl.DataFrame:
+    """``frame[rows]``, column by column: a column holding one value as it is (any order of it is
+    itself: one metric, no workload, every share 1, as in a read of one field), the others by
+    NumPy's take into arrays Polars wraps without a copy — a third of Polars' gather, which
+    looks each index up among the chunks of the requests' concatenated columns. ``ts`` is the
+    ``ts`` column as NumPy already has it."""
+    columns = []
+    for name in frame.columns:
+        column = frame[name]
+        if column.null_count():  # not as connectors hand them over: Polars keeps the nulls
+            columns.append(column.gather(rows))
+        elif (name == "metric" and one_metric) or (name in ("wl", "share") and _one_value(column)):
+            columns.append(column)
+        else:
+            values = ts if name == "ts" else column.to_numpy()
+            columns.append(pl.Series(name, values[rows]))
+    return pl.DataFrame(columns)
+
+
+def _one_value(column: pl.Series) -> bool:
+    """Whether a column without nulls holds one value (min and max skip NaN: looked for apart)."""
+    if not column.len() or column.min() != column.max():
+        return False
+    return not (column.dtype.is_float() and column.is_nan().any())
 
 
 def _dedupe(frame: pl.DataFrame, prefer: list[str] | None = None) -> pl.DataFrame:

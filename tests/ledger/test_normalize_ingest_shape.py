@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -148,3 +149,53 @@ def test_the_connectors_shape_takes_the_fast_paths_with_hand_computed_rows() -> 
         # 01:59 stands for 2 min observed but present until 02:10; then 02:10–03:00.
         ("GPU-b", 2, 3600.0, 3060.0, 1224.0),
     ]
+
+
+@st.composite
+def pieces(draw: st.DrawFn) -> tuple[pl.DataFrame, list[int]]:
+    """A batch's frame concatenated from requests (columns in several chunks), each column one
+    value or several (NaN and null among them), and an order of its rows."""
+    n = draw(st.integers(0, 30))
+
+    def column(pool: list, dtype: type[pl.DataType]) -> pl.Series:
+        values = [draw(st.sampled_from(pool)) for _ in range(n)] if draw(st.booleans()) else [pool[0]] * n
+        return pl.Series(values, dtype=dtype)
+
+    nan = float("nan")
+    frame = pl.DataFrame(
+        {
+            "dev": column([0, 1, 2], pl.Int64),
+            "metric": column([3, 4], pl.Int64),
+            "ts": column([0, 60_000, 120_000], pl.Int64),
+            "wl": column([0, 1, None], pl.Int64),
+            "value": column([40.0, nan, -0.0, None], pl.Float64),
+            "share": column([1.0, nan, 0.5], pl.Float64),
+        }
+    )
+    cut = draw(st.integers(0, n))
+    frame = pl.concat([frame[:cut], frame[cut:]], rechunk=False)
+    return frame, draw(st.permutations(range(n)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(drawn=pieces())
+def test_the_gather_of_pieces_is_polars_gather(drawn: tuple[pl.DataFrame, list[int]]) -> None:
+    frame, order = drawn
+    rows = np.asarray(order, dtype=np.int64)
+    one_metric = frame["metric"].n_unique() <= 1
+    got = normalize_module._gather(frame, rows, frame["ts"].to_numpy(), one_metric)
+    assert_frame_equal(got, frame[rows], check_exact=True)
+
+
+def test_one_value_columns_are_kept_others_taken() -> None:
+    nan = float("nan")
+    assert normalize_module._one_value(pl.Series([1.0, 1.0]))
+    assert normalize_module._one_value(pl.Series([0, 0, 0]))
+    assert not normalize_module._one_value(pl.Series([1.0, nan]))  # min and max both say 1.0
+    assert not normalize_module._one_value(pl.Series([nan, nan]))  # NaN != NaN
+    assert not normalize_module._one_value(pl.Series([], dtype=pl.Float64))
+    assert not normalize_module._one_value(pl.Series([0, 1]))
+    frame = pl.DataFrame({"metric": [5, 5], "ts": [1, 2], "wl": [0, 0], "share": [1.0, nan]})
+    got = normalize_module._gather(frame, np.array([1, 0]), np.array([1, 2]), one_metric=True)
+    assert got["metric"].to_list() == [5, 5] and got["ts"].to_list() == [2, 1]
+    assert got["share"].to_list()[0] != got["share"].to_list()[0] and got["share"][1] == 1.0
