@@ -128,3 +128,46 @@ def test_a_scrape_crossing_hours_and_the_window_takes_the_grid_path() -> None:
     ]
     assert [r["busy_s"] for r in first] == [546.0, 534.0] and first[0]["hist_25_50_s"] == 1820.0
     assert [r["energy_j"] for r in first] == [pytest.approx(300.0 * 1820), pytest.approx(300.0 * 1780)]
+
+
+def test_bucket_table_of_whole_percents() -> None:
+    table = normalize_module._BUCKET_OF_WHOLE_PCT
+    assert table.tolist() == [0] + [1] * 4 + [2] * 5 + [3] * 15 + [4] * 25 + [5] * 25 + [6] * 26
+
+
+def test_grid_histogram_at_and_next_to_the_edges() -> None:
+    """Utilization exactly at each bucket edge and just below it, two GPUs, 10 s scrape across
+    an hour: the grid's bucket by whole percent puts each where the chain path's compares do."""
+    values = [
+        0.0,
+        -0.0,
+        0.999999,
+        1.0,
+        4.999999,
+        5.0,
+        9.99,
+        10.0,
+        24.5,
+        25.0,
+        49.9999,
+        50.0,
+        74.99,
+        75.0,
+        99.9,
+        100.0,
+    ]
+    rows: list[Row] = [
+        (device, t * 10 * S, metric, values[(t + d) % len(values)], "pod-a", 1.0)
+        for d, device in enumerate(["GPU-a", "GPU-b"])
+        for metric in ("gpu_util", "sm_active")
+        for t in range(-30, 400)
+    ]
+    window = Window(start_ms=0, end_ms=H, max_gap_ms=20 * S, presence_gap_ms=H)
+    assert assert_grid_equals_chain(frame(rows), window) == [True]
+    out = normalize(frame(rows), window).filter(pl.col("device_id") == "GPU-a")
+    # 360 readings of 10 s in the hour, the values in turn (t = 0 reads values[0]).
+    counts = [0] * 7
+    for t in range(360):
+        v = values[t % len(values)]
+        counts[sum(v >= e for e in (1, 5, 10, 25, 50, 75))] += 10
+    assert out.select(normalize_module.HIST_COLUMNS).rows() == [tuple(float(c) for c in counts)]
