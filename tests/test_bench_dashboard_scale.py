@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -106,3 +107,31 @@ def test_served_monthly_rows_keyed_as_ledger_day_sums() -> None:
         (dt.datetime(2026, 3, 1, tzinfo=dt.UTC), "a", "USD"): Decimal("1.5"),
         (dt.datetime(2026, 4, 1, tzinfo=dt.UTC), None, "EUR"): Decimal("2"),
     }
+
+
+@pytest.mark.postgres
+def test_pruned_windows_are_timed_with_the_rate_limit_off(
+    fresh_pg_database: Callable[[], AbstractContextManager[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A year prunes ten months: ~22 requests each from one client went over the served rate limit
+    (burst 100) and failed with 429; the throwaway server is started with the limit off."""
+    bench = _bench()
+    monkeypatch.delenv("GPU_LEDGER_LIMITS__RATE_PER_MINUTE", raising=False)
+    seen: list[str | None] = []
+
+    def start_server(url: str, device_level: bool) -> None:
+        seen.append(os.environ.get("GPU_LEDGER_LIMITS__RATE_PER_MINUTE"))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(bench, "start_server", start_server)
+    with fresh_pg_database() as url:
+        engine = make_engine(url)
+        migrate(engine)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE SCHEMA bench_raw_check"))
+            columns = "start_hour int, end_hour int, project text, currency text, cost numeric"
+            conn.execute(text(f"CREATE TABLE {bench.RAW_CHECK} ({columns})"))
+        engine.dispose()
+        with pytest.raises(RuntimeError, match="stop here"):
+            bench.measure_pruned(url, 1)
+    assert seen == ["0"]
