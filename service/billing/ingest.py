@@ -71,7 +71,6 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -80,6 +79,7 @@ from sqlalchemy import Connection, Engine
 
 from connectors.billing import BILLING_SCHEMA, MONEY, BillingBatch, BillingFileError, RefusedRow, conform
 from connectors.billing_driver import capacity_findings
+from connectors.prefetch import Prefetched
 from connectors.sdk import BillingSource, ConnectorStatus
 from connectors.sdk.billing import Finding, merge_findings
 from service.attribution.rules import AttributionRule
@@ -88,7 +88,7 @@ from service.billing import findings as quality
 from service.billing.catalog import InstanceCatalog, bundled_catalog, fill_gpus, unknown_gpu_types
 from service.billing.currencies import BILLING_CURRENCIES
 from service.billing.keyhashes import KeyHashes
-from service.billing.prefetch import Prefetched
+from service.billing.unit_tables import UnitLoader
 from service.dbtypes import table_of
 from service.ledger import version as ledger_version
 from service.models import BillingLine
@@ -228,7 +228,7 @@ def ingest_billing(
     with RunRecorder(engine, name, type(connector).__name__, start, end, clock) as run:
         importer = _Importer(engine, name, run, catalog, on_file, clock, (start, end))
         try:
-            # the next batch is parsed while this one is checked and stored (service.billing.prefetch)
+            # the next batch is parsed while this one is checked and stored (connectors.prefetch)
             with Prefetched(_items(connector.read(start, end))) as items:
                 for item in items:
                     if isinstance(item, BillingFileError):
@@ -240,7 +240,6 @@ def ingest_billing(
                 hook(engine, merge_periods(importer.periods))
         finally:
             importer.abort()  # a unit still open here did not end normally (nothing to do otherwise)
-            importer.close()
         files = tuple(importer.files)
         failed = [f for f in files if f.error]
         unknown = tuple(sorted(importer.unknown))
@@ -323,25 +322,16 @@ class _Unit:
     written: int = 0
     first_start: dt.datetime | None = None
     last_end: dt.datetime | None = None
-    #: PostgreSQL, a unit with a billing period: its own table (store.UnitTable), and the hashes
-    #: of the keys written to it (across its files: the driver checks within a file)
-    table: store.UnitTable | None = None
+    #: PostgreSQL, a unit with a billing period: its own tables (service.billing.unit_tables), and
+    #: the hashes of the keys written to them (across its files: the driver checks within a file)
+    tables: UnitLoader | None = None
     hashes: KeyHashes | None = None
-    #: lines in ``table``; at store.UNIT_TABLE_LINES it is indexed and joined (one of ``full``),
-    #: and the next begun. ``hashes`` hold the keys of all of them.
-    table_lines: int = 0
-    full: list[store.UnitTable] = field(default_factory=list)
-    #: the COPY of the unit's last batch, still running in the importer's writer thread
-    #: (:meth:`_Importer._settle` waits for it before ``conn`` is used again)
-    pending: Future[int] | None = None
 
     @property
     def sparing(self) -> tuple[int, ...]:
         """Tables the unit's deletes and key probes of ``billing_line`` leave alone: those it
-        replaces, and its own full tables (its keys are found by their hashes, then looked up)."""
-        if self.table is None:
-            return ()
-        return (*self.table.sparing, *(t.oid for t in self.full))
+        replaces (its own are not ``billing_line``'s until it commits)."""
+        return () if self.tables is None else self.tables.sparing
 
 
 class _Importer:
@@ -372,33 +362,6 @@ class _Importer:
         self.replaced = 0
         limit = MONEY_LIMITS.get(engine.dialect.name, MONEY_LIMITS["postgresql"])
         self.limit = min(limit, Decimal("1e15") - Decimal("1e-9"))
-        self._writer: ThreadPoolExecutor | None = None
-
-    # --- the writer thread -----------------------------------------------------------------------
-
-    def _copy_later(self, unit: _Unit, table: store.UnitTable, lines: pl.DataFrame) -> None:
-        """COPY ``lines`` into ``table`` in the writer thread, while this thread goes on with the
-        next batch up to its first use of the connection (:meth:`_settle`): the catalog fill, the
-        capacity findings, long text and the batch's own checks run while PostgreSQL parses and
-        stores the batch before it, and the COPY's text is written beside them. This thread and
-        the server, one after the other, were the import's pace: on 3 M CUR lines the reader
-        thread sat 24 s of the 81 s waiting for room, this thread 1.4 s waiting for a batch."""
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="billing-copy")
-        unit.pending = self._writer.submit(store.copy_lines, unit.conn, table, self.source, lines)
-
-    def _settle(self, unit: _Unit) -> None:
-        """Wait for the unit's COPY in flight, if any (its error is raised here, so the unit is
-        rolled back as for any error of its batches)."""
-        pending, unit.pending = unit.pending, None
-        if pending is not None:
-            pending.result()
-
-    def close(self) -> None:
-        """Stop the writer thread (after :meth:`commit` or :meth:`abort`: nothing is in flight)."""
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
 
     # --- batches ---------------------------------------------------------------------------------
 
@@ -409,13 +372,6 @@ class _Importer:
             self.commit()
             self.unit = self._begin(key, period)
         unit = self.unit
-        if unit.table is not None and unit.table_lines >= store.UNIT_TABLE_LINES:
-            self._settle(unit)
-            # the unit's table is full: indexed now, while the reader thread parses on (its keys
-            # stay in the unit's key hashes), and the next one begun
-            store.finish_unit_table(unit.conn, unit.table, last=False)
-            unit.full.append(unit.table)
-            unit.table, unit.table_lines = store.next_unit_table(unit.conn, unit.table), 0
         given = conform(batch.lines)
         lines = fill_gpus(given, self.catalog)
         # GPU-hours beyond capacity where the count came from the catalog (the driver checked the
@@ -442,7 +398,6 @@ class _Importer:
         named.update(f.file for f in batch.findings)
         new_files = sorted(named - self.run_files)
         if new_files:
-            self._settle(unit)
             self._delete(unit, period=None, files=new_files)
             quality.delete_files(unit.conn, self.source, new_files)
             self.run_files.update(new_files)
@@ -461,13 +416,12 @@ class _Importer:
         if batch.findings or cut:
             summary.finding_list = merge_findings([*summary.finding_list, *batch.findings, *cut])
         currency_mix.count(lines, summary.currencies)
-        # _check settled the unit's COPY in flight: the connection is this thread's until the next
         store.insert_rejections(unit.conn, self.run.run_id, self.source, [*batch.refused, *refused])
-        if unit.table is not None:
+        if unit.tables is not None:
             if lines.height:
-                self._copy_later(unit, unit.table, lines)
+                # in the writer thread, while this one goes on with the next batch
+                unit.tables.copy(lines)
             unit.written += lines.height
-            unit.table_lines += lines.height
             assert unit.hashes is not None, "a unit table has its key hashes"
             unit.hashes.add(KeyHashes.of(lines["line_key"]))
         else:
@@ -486,8 +440,9 @@ class _Importer:
             # A period met again later in the run (not one after another) is appended to: its
             # first run of batches already replaced it.
             if period is not None and key not in self.done and conn.dialect.name == "postgresql":
-                unit.table, unit.hashes = store.begin_unit_table(conn, self.source, period), KeyHashes()
-                self._replaced(store.replaced_by_unit(conn, unit.table))
+                unit.tables = UnitLoader.begin(self.engine, conn, self.source, period)
+                unit.hashes = KeyHashes()
+                self._replaced(unit.tables.replaced_lines())
             if period is not None and key not in self.done:
                 self._delete(unit, period=period, files=())
                 quality.delete_period_files(conn, self.source, period[0])
@@ -541,12 +496,11 @@ class _Importer:
         # A key some stored line already has: one of this run (an earlier batch, committed or in
         # this transaction) — "first on" it — or one outside what this run replaces.
         keys = tagged.filter(pl.col("line_key").is_not_null())["line_key"].unique()
-        self._settle(unit)  # the batch before is stored: its lines are found by this batch's probe
         stored = store.existing_keys(unit.conn, self.source, keys, sparing=unit.sparing)
-        if unit.table is not None and unit.hashes is not None and unit.hashes.count:
-            # earlier batches of the unit are in its table, not yet in billing_line
+        if unit.tables is not None and unit.hashes is not None and unit.hashes.count:
+            # earlier batches of the unit are in its tables, not in billing_line
             candidates = keys.filter(pl.Series(unit.hashes.seen(KeyHashes.of(keys))))
-            found = store.unit_keys(unit.conn, [*unit.full, unit.table], candidates)
+            found = unit.tables.keys(candidates)
             stored = pl.concat([stored, found]).unique("line_key", keep="first", maintain_order=True)
         stored = stored.rename({"source_file": "_seen_file", "line_no": "_seen_line"}).with_columns(
             pl.col("_seen_file").is_in(sorted(self.run_files)).alias("_in_run")
@@ -612,7 +566,6 @@ class _Importer:
         if unit is None:
             return
         try:
-            self._settle(unit)
             now = self.clock()
             pairs = currency_mix.fx_pairs(unit.conn)
             for summary in unit.files.values():
@@ -628,12 +581,15 @@ class _Importer:
                     now,
                 )
             store.replace_file_rows(unit.conn, self.source, [_file_row(f, now) for f in unit.files.values()])
-            if unit.table is not None:
-                store.finish_unit_table(unit.conn, unit.table)
+            if unit.tables is not None:
+                unit.tables.finish()  # indexed, and billing_line's children from this commit on
             ledger_version.bump(unit.conn)  # lines, findings and files change answers
             unit.conn.commit()
+        except BaseException:
+            _roll_back(unit)
+            raise
         finally:
-            _close(unit)  # rolls back what was not committed
+            _close(unit)
         self.done.add(unit.key)
         # connector_run keeps read == accepted + rejected: rows skipped by a documented rule are
         # counted per file (billing_file.rows_skipped), not in the run.
@@ -663,16 +619,21 @@ class _Importer:
         if unit is None:
             return
         try:
-            # the connection is free once the COPY in flight ends (its error, if any, is why the
-            # unit is rolled back, or follows from it)
-            if unit.pending is not None:
-                unit.pending.exception()
-                unit.pending = None
-            unit.conn.rollback()
-        except Exception:  # noqa: BLE001  (the error that stopped the import is the one to report)
-            log.exception("billing %s: rolling back the unfinished import failed", self.source)
+            _roll_back(unit)
         finally:
             _close(unit)
+
+
+def _roll_back(unit: _Unit) -> None:
+    """Roll ``unit``'s transaction back, then drop the unit tables it staged (after: its
+    transaction may hold locks on them). Errors are logged: the one that stopped the import is
+    the one to report."""
+    try:
+        unit.conn.rollback()
+    except Exception:  # noqa: BLE001
+        log.exception("billing: rolling back the unfinished import failed")
+    if unit.tables is not None:
+        unit.tables.abort()
 
 
 def _close(unit: _Unit) -> None:
@@ -681,7 +642,9 @@ def _close(unit: _Unit) -> None:
     except Exception:  # noqa: BLE001  (a pragma on a connection that failed: it is discarded anyway)
         log.debug("billing: restoring the connection's cache size failed", exc_info=True)
     finally:
-        unit.conn.close()
+        unit.conn.close()  # rolls back what was not committed
+        if unit.tables is not None:
+            unit.tables.close()
 
 
 def _count_costs(summary: FileSummary, lines: pl.DataFrame, refused: Sequence[RefusedRow]) -> None:

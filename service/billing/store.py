@@ -8,8 +8,6 @@ one file) in one transaction, so a reader sees either the old import or the new 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +55,7 @@ def delete_lines(
 ) -> Deleted:
     """Delete ``source``'s lines charged in ``period`` (start in ``[start, end)``) and those of
     ``files``; what was deleted (count and charge span, for re-pricing). ``sparing``: tables
-    (``tableoid``) left alone — a unit table the import replaces whole (:class:`UnitTable`)."""
+    (``tableoid``) left alone — a unit table the import replaces whole (``service.billing.unit_tables``)."""
     clauses = []
     if period is not None:
         clauses.append(and_(_LINES.c.charge_start >= period[0], _LINES.c.charge_start < period[1]))
@@ -73,7 +71,7 @@ def delete_lines(
     ).one()
     if count:
         conn.execute(delete(_LINES).where(scope))
-    return Deleted(int(count), _aware(first), _aware(last))
+    return Deleted(int(count), aware(first), aware(last))
 
 
 def _line_tables(conn: Connection, sparing: Sequence[int]) -> list[str]:
@@ -120,10 +118,10 @@ def _delete_sparing(
             count += int(n)
             first = lo if first is None else min(first, lo)
             last = hi if last is None else max(last, hi)
-    return Deleted(count, _aware(first), _aware(last))
+    return Deleted(count, aware(first), aware(last))
 
 
-def _aware(value: dt.datetime | str | None) -> dt.datetime | None:
+def aware(value: dt.datetime | str | None) -> dt.datetime | None:
     # min()/max() bypass the column type: SQLite gives text, PostgreSQL an aware datetime.
     if value is None:
         return None
@@ -266,7 +264,7 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
         )
         bulk.insert_tuples(conn, "billing_line", frame)
     elif dialect == "postgresql":
-        bulk.copy_csv(conn, "billing_line", _pg_times(frame))
+        bulk.copy_csv(conn, "billing_line", pg_times(frame))
     else:
         conn.execute(insert(_LINES), frame.to_dicts())
     return frame.height
@@ -314,178 +312,6 @@ def _cut(text: str | None, length: int) -> str | None:
     return text if text is None or len(text) <= length else text[: length - 1] + "…"
 
 
-# --- unit tables: a billing period's lines loaded bare, indexed once, then inherited (PostgreSQL) ---
-
-#: Schema of the unit tables (so tools listing ``public``, Alembic's drift check among them, see
-#: the one logical table ``billing_line``).
-UNIT_SCHEMA = "billing_line_parts"
-#: ``maintenance_work_mem`` of the index builds at a unit's end: a 10 M-line month's keys sort in
-#: memory instead of in temporary files (the server's default is 64 MB).
-INDEX_BUILD_MEMORY = "256MB"
-#: Lines of one unit table: a larger period goes into several, each indexed (and inherited) as soon
-#: as it is full — on the import's connection, while the reader thread parses the next batch —
-#: instead of every index of the whole month being built after its last line, with nothing left
-#: to parse, and its keys sorted in more than ``INDEX_BUILD_MEMORY``.
-UNIT_TABLE_LINES = 1_000_000
-
-
-_INDEX_DEFINITION = re.compile(
-    r"CREATE (?P<unique>UNIQUE )?INDEX \S+ ON (?:ONLY )?(?:public\.)?billing_line (?P<using>USING .+)", re.S
-)
-
-
-@dataclass(frozen=True, slots=True)
-class UnitTable:
-    """A billing period's lines, imported into a table of their own (PostgreSQL).
-
-    ``billing_line``'s six indexes, maintained row by row, cost PostgreSQL twice the CPU and WAL
-    of the rows themselves on a 1 M-line month, and more as the indexes outgrow the server's
-    buffers (3 M lines took 1,061 s). So a period's lines are COPYed into a new table with the
-    same columns and no index (``name``, in :data:`UNIT_SCHEMA`), its indexes are built once by
-    sorting when the last batch is in, and it joins ``billing_line`` by table inheritance (``ALTER
-    TABLE … INHERIT``: SHARE UPDATE EXCLUSIVE on the parent, which readers do not wait for).
-    Queries on ``billing_line`` read its rows; nothing else changes for them. A period of more
-    than :data:`UNIT_TABLE_LINES` lines gets several such tables (:func:`next_unit_table`), each
-    indexed and inherited once full, still in the import's transaction. ``replaced``: the
-    tables of the same source and period an earlier import made (``tableoid``, name), dropped
-    when this one joins — all in the import's transaction, so a reader sees the old lines until
-    it commits.
-    """
-
-    name: str  # schema-qualified, quoted
-    oid: int
-    replaced: tuple[tuple[int, str], ...]
-    #: where the import's tables start: the first of a period's tables (next_unit_table) and its
-    #: number after the prefix
-    source: str = ""
-    period: tuple[dt.datetime, dt.datetime] | None = None
-    generation: int = 1
-
-    @property
-    def sparing(self) -> tuple[int, ...]:
-        """What the import's deletes and duplicate checks leave alone: the tables it replaces."""
-        return tuple(oid for oid, _ in self.replaced)
-
-
-def unit_prefix(source: str, period_start: dt.datetime) -> str:
-    """The name every unit table of ``source``'s period starts with (a hash: names are ≤ 63 bytes)."""
-    digest = hashlib.sha1(f"{source}|{period_start.isoformat()}".encode()).hexdigest()[:20]
-    return f"bl_{digest}_"
-
-
-def begin_unit_table(conn: Connection, source: str, period: tuple[dt.datetime, dt.datetime]) -> UnitTable:
-    """Create the new, index-free table of ``source``'s ``period`` and find the ones it replaces."""
-    prefix = unit_prefix(source, period[0])
-    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{UNIT_SCHEMA}"')
-    old = conn.execute(
-        text(
-            "SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = :schema AND c.relkind = 'r' AND starts_with(c.relname, :prefix) "
-            "ORDER BY c.relname"
-        ),
-        {"schema": UNIT_SCHEMA, "prefix": prefix},
-    ).all()
-    generation = 1 + max((int(str(name).rsplit("_", 1)[1]) for _, name in old), default=0)
-    replaced = tuple((int(o), f'"{UNIT_SCHEMA}"."{n}"') for o, n in old)
-    return _create_unit_table(conn, source, period, generation, replaced)
-
-
-def next_unit_table(conn: Connection, unit: UnitTable) -> UnitTable:
-    """The next table of ``unit``'s import (the one before is full: :data:`UNIT_TABLE_LINES`),
-    replacing the same earlier tables."""
-    assert unit.period is not None, "a unit table made by begin_unit_table"
-    return _create_unit_table(conn, unit.source, unit.period, unit.generation + 1, unit.replaced)
-
-
-def _create_unit_table(
-    conn: Connection,
-    source: str,
-    period: tuple[dt.datetime, dt.datetime],
-    generation: int,
-    replaced: tuple[tuple[int, str], ...],
-) -> UnitTable:
-    name = f'"{UNIT_SCHEMA}"."{unit_prefix(source, period[0])}{generation}"'
-    # LIKE copies the columns, NOT NULLs, defaults (the id sequence: ids keep growing in import
-    # order) and CHECKs; no index, no unique key yet.
-    conn.exec_driver_sql(
-        f"CREATE TABLE {name} (LIKE public.billing_line INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-    )
-    what = (
-        f"billing lines of {source!r}, billing period from {period[0].isoformat()} to {period[1].isoformat()}"
-    )
-    quoted = what.replace("'", "''")
-    conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS '{quoted}'")
-    oid = int(conn.execute(text("SELECT CAST(to_regclass(:t) AS oid)"), {"t": name}).scalar_one())
-    return UnitTable(name, oid, replaced, source, period, generation)
-
-
-def replaced_by_unit(conn: Connection, unit: UnitTable) -> Deleted:
-    """The lines of the tables ``unit`` replaces (count and charge span, for re-pricing)."""
-    count, first, last = 0, None, None
-    for _, name in unit.replaced:
-        n, lo, hi = conn.exec_driver_sql(
-            f"SELECT count(*), min(charge_start), max(charge_end) FROM ONLY {name}"
-        ).one()
-        count += int(n)
-        if lo is not None:
-            first = lo if first is None else min(first, lo)
-            last = hi if last is None else max(last, hi)
-    return Deleted(count, _aware(first), _aware(last))
-
-
-def unit_keys(conn: Connection, tables: Sequence[UnitTable], keys: pl.Series) -> pl.DataFrame:
-    """Lines of an import's unit ``tables`` (its earlier batches) under ``keys``: ``line_key``,
-    ``source_file``, ``line_no``. The last table has no index until it is full, so this reads it
-    whole (the full ones by their unique index): it is asked only about keys whose 64-bit hash an
-    earlier batch of the unit had (``service.billing.keyhashes``), which a CUR in parts almost
-    never repeats."""
-    schema = {"line_key": pl.String, "source_file": pl.String, "line_no": pl.Int64}
-    if keys.is_empty() or not tables:
-        return pl.DataFrame(schema=schema)
-    query = " UNION ALL ".join(
-        f"SELECT line_key, source_file, line_no FROM ONLY {t.name} WHERE line_key = ANY(%(keys)s)"
-        for t in tables
-    )
-    rows = conn.exec_driver_sql(query, {"keys": keys.to_list()}).all()
-    return pl.DataFrame([tuple(r) for r in rows], schema=schema, orient="row")
-
-
-def finish_unit_table(conn: Connection, unit: UnitTable, *, last: bool = True) -> None:
-    """Build ``unit``'s indexes (those ``billing_line`` has, whatever migrations added), analyze
-    it, drop the tables it replaces (``last``: the import's last table) and make it a child of
-    ``billing_line``. A full table joins before the import's end: in its transaction, so only the
-    import sees its lines — and finds its keys through its unique index, as any stored line's."""
-    definitions = conn.execute(
-        text("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'billing_line'")
-    ).scalars()
-    conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
-    for definition in definitions:
-        # "CREATE [UNIQUE] INDEX name ON public.billing_line USING …": the same on the unit table
-        # (named by PostgreSQL: index names are per schema)
-        found = _INDEX_DEFINITION.fullmatch(str(definition))
-        assert found is not None, f"an index definition as pg_get_indexdef writes it: {definition}"
-        conn.exec_driver_sql(f"CREATE {found['unique'] or ''}INDEX ON {unit.name} {found['using']}")
-    conn.exec_driver_sql(f"ANALYZE {unit.name}")
-    for _, name in unit.replaced if last else ():
-        conn.exec_driver_sql(f"DROP TABLE {name}")
-    conn.exec_driver_sql(f"ALTER TABLE {unit.name} INHERIT public.billing_line")
-
-
-def copy_lines(conn: Connection, unit: UnitTable, source: str, lines: pl.DataFrame) -> int:
-    """COPY ``lines`` (``BILLING_SCHEMA``) into ``unit``'s table as ``source``'s; the number copied.
-
-    Frozen: a unit table is created in the import's transaction, so its rows can be written as
-    frozen and its pages all-visible — a tenth less of the server's CPU for the COPY (3.58 →
-    3.28 s per 1 M CUR lines), and the first reads after the commit neither set hint bits nor
-    write the pages again, nor does a later vacuum freeze them. No other transaction can see the
-    table before the commit, so the early visibility FREEZE allows is never seen."""
-    if lines.is_empty():
-        return 0
-    frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
-    copy_text_into(conn, unit.name, _pg_times(frame), freeze=True)
-    return frame.height
-
-
 #: What PostgreSQL's text COPY format escapes in a value (a backslash first: it starts the others).
 _TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
@@ -530,7 +356,7 @@ def copy_text_into(conn: Connection, target: str, frame: pl.DataFrame, *, freeze
 _TEXT_FORMAT: dict[str, Any] = {"separator": "\t", "quote_style": "never", "null_value": "\\N"}
 
 
-def _pg_times(frame: pl.DataFrame) -> pl.DataFrame:
+def pg_times(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with its times as ``timestamptz`` input text, formatted once per distinct instant
     (a bill's lines share a few hundred hours; formatting every row was a tenth of the import's CPU)."""
     for column in _TIMES:

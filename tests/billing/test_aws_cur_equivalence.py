@@ -170,7 +170,7 @@ def test_copy_times_are_formatted_as_before(instants: list[dt.datetime | None]) 
         {"charge_start": times, "line_no": range(len(instants)), "charge_end": times.reverse()}
     )
     expected = frame.with_columns(bulk.pg_time(c) for c in ("charge_start", "charge_end"))
-    assert_frame_equal(store._pg_times(frame), expected)
+    assert_frame_equal(store.pg_times(frame), expected)
 
 
 #: Text a value may hold that either COPY format must escape or quote.

@@ -1,4 +1,4 @@
-"""service.billing.prefetch: a source read one item ahead in a thread — same items, same errors,
+"""connectors.prefetch: a source read one item ahead in a thread — same items, same errors,
 bounded read-ahead, the source closed in the reader thread when the consumer stops early."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.billing.prefetch import Prefetched
+from connectors.prefetch import Prefetched
 
 
 class Source:

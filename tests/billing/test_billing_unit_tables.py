@@ -1,6 +1,6 @@
-"""PostgreSQL: a billing period's lines go into a table of their own (store.UnitTable), COPYed bare,
-indexed once at the end and joined to ``billing_line`` by inheritance; what readers and re-imports
-see is what they saw when every line went into ``billing_line`` itself."""
+"""PostgreSQL: a billing period's lines go into tables of their own (service.billing.unit_tables),
+COPYed bare, indexed once full and joined to ``billing_line`` by inheritance when the period ends;
+what readers and re-imports see is what they saw when every line went into ``billing_line``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, text
 
 from connectors.base import RetriableError
 from connectors.billing import BillingBatch
-from service.billing import ingest, store
+from service.billing import ingest, unit_tables
 from service.billing.ingest import BillingImportResult, ingest_billing
 from service.billing.keyhashes import KeyHashes
 from service.db import make_engine
@@ -29,7 +29,7 @@ AUG = dt.datetime(2025, 8, 1, tzinfo=dt.UTC)
 def pg(pg_url: str) -> Iterator[Engine]:
     engine = make_engine(pg_url)
     with engine.begin() as conn:  # the session database is shared: start from no lines, no unit table
-        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{store.UNIT_SCHEMA}" CASCADE')
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{unit_tables.UNIT_SCHEMA}" CASCADE')
         conn.exec_driver_sql("TRUNCATE billing_line, billing_file, rejection RESTART IDENTITY CASCADE")
     yield engine
     engine.dispose()
@@ -48,7 +48,7 @@ def run(engine: Engine, *batches: BillingBatch, start: dt.datetime = SEP) -> Bil
     return ingest_billing(engine, "bills", src, start, OCT, clock=lambda: NOW, after_import=lambda e, p: None)
 
 
-def unit_tables(conn: Connection) -> dict[str, int]:
+def children(conn: Connection) -> dict[str, int]:
     """Unit table name → its lines (children of billing_line only)."""
     names = conn.execute(
         text(
@@ -57,7 +57,9 @@ def unit_tables(conn: Connection) -> dict[str, int]:
         )
     ).scalars()
     return {
-        str(n): int(conn.exec_driver_sql(f'SELECT count(*) FROM "{store.UNIT_SCHEMA}"."{n}"').scalar_one())
+        str(n): int(
+            conn.exec_driver_sql(f'SELECT count(*) FROM "{unit_tables.UNIT_SCHEMA}"."{n}"').scalar_one()
+        )
         for n in names
     }
 
@@ -72,10 +74,10 @@ def test_a_period_lands_in_its_own_table_with_billing_lines_indexes(pg: Engine) 
     result = run(pg, part(1, ["a", "b"]), part(2, ["c"]))
     assert (result.accepted, result.refused) == (3, 0)
     with pg.connect() as conn:
-        tables = unit_tables(conn)
+        tables = children(conn)
         assert list(tables.values()) == [3]
         (name,) = tables
-        assert name == store.unit_prefix("bills", SEP) + "1"
+        assert name == unit_tables.unit_prefix("bills", SEP) + "1"
         assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
         # ids in import order, as paging by id expects
         assert keys(conn) == [
@@ -103,8 +105,8 @@ def test_reimporting_a_period_replaces_its_table_and_changes_nothing(pg: Engine)
     assert (again.accepted, again.refused, again.lines_replaced) == (3, 0, 3)
     with pg.connect() as conn:
         assert keys(conn) == before
-        tables = unit_tables(conn)
-    assert tables == {store.unit_prefix("bills", SEP) + "2": 3}
+        tables = children(conn)
+    assert tables == {unit_tables.unit_prefix("bills", SEP) + "2": 3}
 
 
 @pytest.mark.postgres
@@ -115,17 +117,17 @@ def test_a_large_period_fills_several_tables_each_indexed_when_full(
     """At UNIT_TABLE_LINES a unit table is indexed and joined, and the next one begun; a key of a
     full table repeated later is refused naming its first line (found by its hash, then by its
     text — with every key given one hash too), and a re-import replaces all the tables."""
-    monkeypatch.setattr(store, "UNIT_TABLE_LINES", 2)
+    monkeypatch.setattr(unit_tables, "UNIT_TABLE_LINES", 2)
     if same_hash:
         monkeypatch.setattr(KeyHashes, "of", staticmethod(lambda keys: np.zeros(len(keys), dtype=np.uint64)))
     batches = [part(1, ["a", "b"]), part(2, ["c"]), part(3, ["d", "e"]), part(4, ["f", "b"])]
     result = run(pg, *batches)
     assert (result.accepted, result.refused) == (6, 1)
-    prefix = store.unit_prefix("bills", SEP)
+    prefix = unit_tables.unit_prefix("bills", SEP)
     with pg.connect() as conn:
         reason = conn.exec_driver_sql("SELECT reason FROM rejection").scalar_one()
         assert reason == "duplicated line item id 'b': first on line 3 of s3://cur/2025-09/a1/part-1.csv"
-        assert unit_tables(conn) == {prefix + "1": 2, prefix + "2": 3, prefix + "3": 1}
+        assert children(conn) == {prefix + "1": 2, prefix + "2": 3, prefix + "3": 1}
         assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
         before = keys(conn)
         assert [k for k, _, _ in before] == ["a", "b", "c", "d", "e", "f"]  # ids in import order
@@ -137,16 +139,16 @@ def test_a_large_period_fills_several_tables_each_indexed_when_full(
     assert (again.accepted, again.refused, again.lines_replaced) == (6, 1, 6)
     with pg.connect() as conn:
         assert keys(conn) == before
-        assert unit_tables(conn) == {prefix + "4": 2, prefix + "5": 3, prefix + "6": 1}
+        assert children(conn) == {prefix + "4": 2, prefix + "5": 3, prefix + "6": 1}
 
 
 @pytest.mark.postgres
 def test_an_interrupted_period_with_full_tables_leaves_the_old_ones(
     pg: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "UNIT_TABLE_LINES", 1)
+    monkeypatch.setattr(unit_tables, "UNIT_TABLE_LINES", 1)
     run(pg, part(1, ["a"]), part(2, ["b"]))
-    prefix = store.unit_prefix("bills", SEP)
+    prefix = unit_tables.unit_prefix("bills", SEP)
 
     class Failing:
         def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
@@ -158,7 +160,7 @@ def test_an_interrupted_period_with_full_tables_leaves_the_old_ones(
     with pytest.raises(RetriableError):
         ingest_billing(pg, "bills", Failing(), SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)  # type: ignore[arg-type]
     with pg.connect() as conn:
-        assert unit_tables(conn) == {prefix + "1": 1, prefix + "2": 1}
+        assert children(conn) == {prefix + "1": 1, prefix + "2": 1}
         assert [k for k, _, _ in keys(conn)] == ["a", "b"]
 
 
@@ -172,7 +174,7 @@ def test_a_key_stored_in_another_periods_table_is_refused_as_already_imported(pg
         assert reason == (
             "duplicated line item id 'b': already imported from line 3 of s3://cur/2025-09/a1/part-1.csv"
         )
-        assert sorted(unit_tables(conn).values()) == [1, 2]
+        assert sorted(children(conn).values()) == [1, 2]
 
 
 @pytest.mark.postgres
@@ -200,7 +202,7 @@ def test_an_interrupted_period_leaves_the_old_table_and_no_new_one(pg: Engine) -
     with pytest.raises(RetriableError):
         ingest_billing(pg, "bills", Failing(), SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)  # type: ignore[arg-type]
     with pg.connect() as conn:
-        assert unit_tables(conn) == {store.unit_prefix("bills", SEP) + "1": 1}
+        assert children(conn) == {unit_tables.unit_prefix("bills", SEP) + "1": 1}
         assert [k for k, _, _ in keys(conn)] == ["a"]
 
 
@@ -216,7 +218,7 @@ def test_a_period_met_again_in_the_run_and_files_without_one_go_to_billing_line(
             conn.exec_driver_sql("SELECT line_key FROM ONLY billing_line ORDER BY line_key").scalars().all()
         )
         assert only == ["b", "g1"]
-        assert sorted(unit_tables(conn).values()) == [1, 1]
+        assert sorted(children(conn).values()) == [1, 1]
 
 
 def test_key_hashes_find_exactly_the_keys_added_before() -> None:
@@ -262,14 +264,14 @@ def test_a_periods_import_still_deletes_its_lines_from_other_tables(pg: Engine) 
     assert (again.accepted, again.refused, again.lines_replaced) == (1, 0, 3)
     with pg.connect() as conn:
         assert [k for k, _, _ in keys(conn)] == ["a"]
-        assert sorted(unit_tables(conn).values()) == [0, 1]  # August's table, now empty; September's
+        assert sorted(children(conn).values()) == [0, 1]  # August's table, now empty; September's
 
 
 def _visibility(conn: Connection, name: str) -> tuple[int, int]:
     """(pages, all-visible pages) of unit table ``name`` as its ANALYZE recorded them."""
     found = conn.execute(
         text("SELECT relpages, relallvisible FROM pg_class WHERE oid = to_regclass(:t)"),
-        {"t": f'"{store.UNIT_SCHEMA}"."{name}"'},
+        {"t": f'"{unit_tables.UNIT_SCHEMA}"."{name}"'},
     ).one()
     return int(found[0]), int(found[1])
 
@@ -282,7 +284,7 @@ def test_a_unit_tables_lines_are_copied_frozen(pg: Engine) -> None:
     result = run(pg, part(1, keys_[:1500]), part(2, keys_[1500:]))
     assert (result.accepted, result.refused) == (3000, 0)
     with pg.connect() as conn:
-        (name,) = unit_tables(conn)
+        (name,) = children(conn)
         pages, visible = _visibility(conn, name)
         assert pages > 1 and visible == pages
         assert [k for k, _, _ in keys(conn)] == keys_
@@ -297,7 +299,7 @@ def test_repeatable_read_imports_frozen_too(pg_url: str, pg: Engine) -> None:
         result = run(engine, part(1, ["a", "b"]), part(2, ["c"]))
         assert (result.accepted, result.refused) == (3, 0)
         with engine.connect() as conn:
-            (name,) = unit_tables(conn)
+            (name,) = children(conn)
             pages, visible = _visibility(conn, name)
             assert pages >= 1 and visible == pages
             assert [k for k, _, _ in keys(conn)] == ["a", "b", "c"]
@@ -312,7 +314,7 @@ def test_a_batch_is_copied_in_the_writer_thread_while_the_next_one_is_checked(
     """The COPY of a batch runs in the writer thread; the import's thread goes on with the next
     batch meanwhile — here it fills that batch's GPU counts while the first COPY is still held open
     — and the lines land in order, as a synchronous COPY left them."""
-    copy_lines, fill_gpus = store.copy_lines, ingest.fill_gpus
+    copy_lines, fill_gpus = unit_tables.copy_lines, ingest.fill_gpus
     next_batch_filled = threading.Event()
     copies: list[tuple[str, bool]] = []
 
@@ -329,7 +331,7 @@ def test_a_batch_is_copied_in_the_writer_thread_while_the_next_one_is_checked(
         return fill_gpus(*args, **kwargs)  # type: ignore[arg-type]
 
     fill_gpus_calls: list[int] = []
-    monkeypatch.setattr(store, "copy_lines", held_copy)
+    monkeypatch.setattr(unit_tables, "copy_lines", held_copy)
     monkeypatch.setattr(ingest, "fill_gpus", counting_fill)
     result = run(pg, part(1, ["a", "b"]), part(2, ["c"]), part(3, ["d"]))
     assert (result.accepted, result.refused) == (4, 0)
@@ -346,7 +348,7 @@ def test_a_copy_failing_in_the_writer_thread_rolls_the_period_back(
     """An error of a COPY in flight is raised in the import (at the next use of the connection, or
     the period's commit): the period is rolled back, its old lines and table stay."""
     run(pg, part(1, ["a"]))
-    copy_lines = store.copy_lines
+    copy_lines = unit_tables.copy_lines
     calls: list[int] = []
 
     def failing_second(*args: object) -> int:
@@ -355,12 +357,118 @@ def test_a_copy_failing_in_the_writer_thread_rolls_the_period_back(
             raise RuntimeError("the server went away")
         return copy_lines(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "copy_lines", failing_second)
+    monkeypatch.setattr(unit_tables, "copy_lines", failing_second)
     for batches in ([part(1, ["n1"]), part(2, ["n2"]), part(3, ["n3"])], [part(1, ["n1"]), part(2, ["n2"])]):
         calls.clear()
         with pytest.raises(RuntimeError, match="the server went away"):
             run(pg, *batches)
         with pg.connect() as conn:
-            assert unit_tables(conn) == {store.unit_prefix("bills", SEP) + "1": 1}
+            assert children(conn) == {unit_tables.unit_prefix("bills", SEP) + "1": 1}
             assert [k for k, _, _ in keys(conn)] == ["a"]
             assert conn.exec_driver_sql("SELECT count(*) FROM rejection").scalar_one() == 0
+
+
+def schema_tables(conn: Connection) -> list[str]:
+    """Every table in the unit schema, children of billing_line or not."""
+    return sorted(
+        conn.execute(
+            text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": unit_tables.UNIT_SCHEMA}
+        ).scalars()
+    )
+
+
+@pytest.mark.postgres
+def test_a_full_tables_indexes_are_built_beside_the_next_tables_copy(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full table is staged (committed, no child of billing_line) and indexed on a connection of
+    its own, in thread billing-index, while the writer goes on COPYing the next table: here the
+    first build waits (bounded) until a later COPY has run, which on one connection could not be."""
+    monkeypatch.setattr(unit_tables, "UNIT_TABLE_LINES", 2)
+    committed, copy_lines = unit_tables._committed, unit_tables.copy_lines
+    later_copy = threading.Event()
+    builds: list[tuple[str, bool, bool]] = []
+    copied: list[str] = []
+
+    def held_build(conn: Connection, table: unit_tables.UnitTable, *args: object, **kw: bool) -> None:
+        overlapped = later_copy.wait(timeout=5) if not builds else True
+        builds.append((threading.current_thread().name, overlapped, kw.get("workers", True)))
+        committed(conn, table, *args, **kw)  # type: ignore[arg-type]
+
+    def noting_copy(conn: Connection, table: unit_tables.UnitTable, *args: object) -> int:
+        copied.append(table.name)
+        if len(set(copied)) > 1:
+            later_copy.set()
+        return copy_lines(conn, table, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(unit_tables, "_committed", held_build)
+    monkeypatch.setattr(unit_tables, "copy_lines", noting_copy)
+    result = run(pg, part(1, ["a", "b"]), part(2, ["c"]), part(3, ["d"]))
+    assert (result.accepted, result.refused) == (4, 0)
+    # the staged table without the server's parallel workers (the cores are busy), the last with
+    assert builds[0] == ("billing-index_0", True, False)
+    assert sorted(builds[1:]) == [("billing-copy_0", True, True), ("billing-index_0", True, True)]
+    prefix = unit_tables.unit_prefix("bills", SEP)
+    with pg.connect() as conn:
+        assert children(conn) == {prefix + "1": 2, prefix + "2": 2}
+        assert schema_tables(conn) == [prefix + "1", prefix + "2"]
+        assert [k for k, _, _ in keys(conn)] == ["a", "b", "c", "d"]
+
+
+@pytest.mark.postgres
+def test_an_interrupted_import_drops_the_tables_it_staged(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unit_tables, "UNIT_TABLE_LINES", 1)
+    run(pg, part(1, ["a"]))
+    prefix = unit_tables.unit_prefix("bills", SEP)
+
+    class Failing:
+        def read(self, start: dt.datetime, end: dt.datetime) -> Iterator[BillingBatch]:
+            yield from (part(n, [f"new{n}"]) for n in (1, 2, 3, 4))
+            raise RetriableError("connection reset")
+
+    with pytest.raises(RetriableError):
+        ingest_billing(pg, "bills", Failing(), SEP, OCT, clock=lambda: NOW, after_import=lambda e, p: None)  # type: ignore[arg-type]
+    with pg.connect() as conn:
+        assert schema_tables(conn) == [prefix + "1"]
+        assert children(conn) == {prefix + "1": 1}
+
+
+@pytest.mark.postgres
+def test_tables_a_killed_import_staged_are_dropped_by_the_next_import_of_the_period(pg: Engine) -> None:
+    """A process killed mid-import leaves its committed (staged) tables: no reader sees them, and
+    the next import of the same source and period drops them; another period's are left alone."""
+    run(pg, part(1, ["a"]))
+    prefix = unit_tables.unit_prefix("bills", SEP)
+    other = unit_tables.unit_prefix("bills", AUG)
+    schema = unit_tables.UNIT_SCHEMA
+    with pg.begin() as conn:
+        for name in (prefix + "2", prefix + "3", other + "7"):  # as a killed import leaves them
+            conn.exec_driver_sql(f'CREATE TABLE "{schema}"."{name}" (LIKE public.billing_line)')
+        conn.exec_driver_sql(f'INSERT INTO "{schema}"."{prefix}2" SELECT * FROM billing_line')
+    with pg.connect() as conn:
+        assert [k for k, _, _ in keys(conn)] == ["a"]  # readers never saw them
+    result = run(pg, part(1, ["a", "b"]))
+    assert (result.accepted, result.refused, result.lines_replaced) == (2, 0, 1)
+    with pg.connect() as conn:
+        assert children(conn) == {prefix + "4": 2}
+        assert schema_tables(conn) == sorted([prefix + "4", other + "7"])
+
+
+@pytest.mark.postgres
+def test_two_imports_of_one_period_run_one_after_the_other(pg: Engine) -> None:
+    """An import of a period waits for the period's lock, which another import holds until it
+    ends (here a connection holding it), then replaces what that one stored."""
+    lock = unit_tables.period_lock("bills", SEP)
+    holder = pg.connect()
+    holder.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), lock)
+    done: list[BillingImportResult] = []
+    importing = threading.Thread(target=lambda: done.append(run(pg, part(1, ["a"]))))
+    importing.start()
+    importing.join(timeout=1.0)
+    assert importing.is_alive() and not done  # waiting for the lock
+    holder.rollback()
+    holder.close()
+    importing.join(timeout=30)
+    assert [(r.accepted, r.refused) for r in done] == [(1, 0)]
