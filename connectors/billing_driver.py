@@ -50,6 +50,7 @@ from connectors.billing_io import (
     open_stream,
     parquet_chunks,
 )
+from connectors.prefetch import Prefetched
 from connectors.sdk import BillingBatch, BillingFileError, Finding, RefusedRow, conform, merge_findings
 from connectors.sdk.billing import FINDING_EXAMPLES
 
@@ -143,10 +144,19 @@ class OpenedFile:
             for frame in parquet_chunks(self.local, self.label, rows):
                 yield null_literals(self._dialect.parquet_text(frame)), [], None
             return
-        with _opened(self.local, self.label) as stream:
-            for chunk in csv_record_chunks(
-                stream.read, self.label, rows, block=self._block, keys=self._dialect.raw_keys
-            ):
+        with (
+            _opened(self.local, self.label) as stream,
+            # the next chunk is read and cut into records in a thread of its own while this one is
+            # parsed and mapped: on a CUR the two take about the same CPU, and one after the other
+            # they were the import's slowest chain (BENCHMARKS.md)
+            Prefetched(
+                csv_record_chunks(
+                    stream.read, self.label, rows, block=self._block, keys=self._dialect.raw_keys
+                ),
+                name="billing-scan",
+            ) as record_chunks,
+        ):
+            for chunk in record_chunks:
                 wanted = self.read_columns
                 if wanted is None or chunk.records.undecodable:
                     frame, refused = chunk.parse()

@@ -166,3 +166,40 @@ def test_a_truncated_parquet_file_is_refused_whole(tmp_path: Path) -> None:
     assert len(items) == 1 and isinstance(items[0], BillingFileError)
     assert items[0].row.file == str(path)
     assert "not a readable Parquet file (truncated?)" in str(items[0])
+
+
+def test_chunks_are_cut_into_records_in_a_thread_of_their_own_ahead_of_the_mapping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record scan of a CSV (read, decode, RFC 4180 check) runs in thread billing-scan while
+    the chunk before it is parsed and mapped — here the second chunk's scan starts while the first
+    chunk's mapping is held — and the lines are those of reading it in one thread."""
+    import threading
+
+    from connectors import aws_cur, billing_driver
+
+    whole = lines_of(read(CUR2, chunk_rows=20))
+    scanning, mapping = billing_driver.csv_record_chunks, aws_cur._normalize
+    scanned: list[str] = []
+    second_scanned = threading.Event()
+
+    def noting_scan(*args: object, **kwargs: object) -> object:
+        for chunk in scanning(*args, **kwargs):  # type: ignore[arg-type]
+            scanned.append(threading.current_thread().name)
+            if len(scanned) == 2:
+                second_scanned.set()
+            yield chunk
+
+    overlapped: list[bool] = []
+
+    def held_mapping(*args: object, **kwargs: object) -> object:
+        if not overlapped:  # the first chunk's mapping waits (bounded) for the next chunk's scan
+            overlapped.append(second_scanned.wait(timeout=5))
+        return mapping(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(billing_driver, "csv_record_chunks", noting_scan)
+    monkeypatch.setattr(aws_cur, "_normalize", held_mapping)
+    items = read(CUR2, chunk_rows=20)
+    assert overlapped == [True]
+    assert set(scanned) == {"billing-scan"} and len(scanned) == len(batches(items))
+    assert lines_of(items).equals(whole)
