@@ -108,7 +108,9 @@ def _parse_records(
             io.BytesIO(header + records.body),
             separator=separator,
             infer_schema=False,
-            encoding="utf8-lossy",
+            # bytes that are not UTF-8 are in the body only when the scan found some (each such
+            # record is refused below); else the strict decoder, a full pass over the chunk less
+            encoding="utf8-lossy" if records.undecodable else "utf8",
             empty_string_is_null=False,
             truncate_ragged_lines=True,
             columns=[columns.index(c) for c in wanted] if wanted else None,
@@ -669,13 +671,12 @@ def csv_record_chunks(
             size = max(size, MAX_RECORD_BYTES + 1)
             more(size + 1)
             continue
-        taken = bytes(memoryview(buf)[: records.consumed])
         del buf[: records.consumed]
         size = chunk_bytes or max(1, avg * rows)
         if records.lines or records.multi or records.refused or not produced:
             produced = True
             yield RecordChunk(header, records, names, file, separator)
-        line += taken.count(b"\n")
+        line += records.newlines
         if final or (eof and not buf):
             return
 

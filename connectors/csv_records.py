@@ -56,7 +56,8 @@ class Records:
     ``lines`` (their physical line numbers), ``multi`` (records spanning lines: first line and
     fields), ``refused`` (lines that are no record), ``keys`` (``sha1:`` of each record's raw
     bytes, by line, when asked), ``consumed`` (bytes of the chunk taken; the rest starts a record
-    that the next chunk must complete)."""
+    that the next chunk must complete) and the ``newlines`` they hold (where the next chunk's
+    line numbers start)."""
 
     body: bytes
     lines: list[int]
@@ -65,6 +66,7 @@ class Records:
     keys: dict[int, str] | None = None
     consumed: int = 0
     undecodable: set[int] = field(default_factory=set)  # records holding bytes that are not UTF-8
+    newlines: int = 0
 
 
 def _raw(line: bytes) -> str:
@@ -88,7 +90,8 @@ def scan(
     """Cut ``chunk`` (whole lines, the first one numbered ``first_line``) into records of
     ``len(columns)`` fields. ``final``: the stream ends with this chunk (a field still open at its
     end is truncated); else a record still open at the end is left for the next chunk."""
-    count = chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1)  # lines
+    newlines = chunk.count(b"\n")
+    count = newlines + (0 if not chunk or chunk.endswith(b"\n") else 1)  # lines
     width = len(columns)
     decoded = chunk.decode("utf-8", errors="replace")
     # Staged, each regex pass once: quoted fields become one mark (their separators, quotes and
@@ -98,7 +101,7 @@ def scan(
         lines = lines.select(pl.col("s").str.strip_suffix("\r"))
     if _all_records(lines, width, separator):
         raw = chunk.split(b"\n")[:count] if keys else []
-        return _whole_chunk(chunk, first_line, count, raw, decoded, keys)
+        return _whole_chunk(chunk, first_line, count, raw, decoded, keys, newlines)
     marked = lines.select(pl.col("s").str.replace_all(_QUOTED, _MARK).alias("m"))
     not_sep = f"[^{_class(separator)}]"
     shapes = pl.concat([lines, marked], how="horizontal").select(
@@ -119,7 +122,7 @@ def scan(
         for i, blank, quoting, fields in odd_lines.iter_rows()
     ]
     if not special:
-        return _whole_chunk(chunk, first_line, count, raw, decoded, keys)
+        return _whole_chunk(chunk, first_line, count, raw, decoded, keys, newlines)
     out = Records(body=b"", lines=[], keys={} if keys else None, consumed=len(chunk))
     bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
     starts: dict[int, int] = {}  # line index inside a multi-line record → its first line index
@@ -173,11 +176,12 @@ def scan(
     keep = set(kept)
     out.undecodable = {first_line + starts.get(i, i) for i in bad_bytes if i in keep or i in starts}
     out.consumed = sum(len(r) + 1 for r in raw[:stop]) if stop < len(raw) else len(chunk)
+    out.newlines = stop if stop < len(raw) else newlines
     return out
 
 
 def _whole_chunk(
-    chunk: bytes, first_line: int, count: int, raw: list[bytes], decoded: str, keys: bool
+    chunk: bytes, first_line: int, count: int, raw: list[bytes], decoded: str, keys: bool, newlines: int
 ) -> Records:
     """A chunk whose every line is a record alone, passed on whole."""
     bad_bytes = _undecodable_lines(chunk) if _REPLACED in decoded else set()
@@ -187,6 +191,7 @@ def _whole_chunk(
         keys={first_line + i: _key(r.rstrip(b"\r")) for i, r in enumerate(raw)} if keys else None,
         consumed=len(chunk),
         undecodable={first_line + i for i in bad_bytes},
+        newlines=newlines,
     )
 
 
