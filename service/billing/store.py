@@ -8,7 +8,8 @@ one file) in one transaction, so a reader sees either the old import or the new 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,16 +110,31 @@ def _delete_sparing(
         "end": period and period[1],
     }
     count, first, last = 0, None, None
-    for table in _line_tables(conn, sparing):
-        n, lo, hi = conn.exec_driver_sql(
-            f"SELECT count(*), min(charge_start), max(charge_end) FROM {table} WHERE {where}", params
-        ).one()
-        if n:
-            conn.exec_driver_sql(f"DELETE FROM {table} WHERE {where}", params)
-            count += int(n)
-            first = lo if first is None else min(first, lo)
-            last = hi if last is None else max(last, hi)
+    with excluding(conn):
+        for table in _line_tables(conn, sparing):
+            n, lo, hi = conn.exec_driver_sql(
+                f"SELECT count(*), min(charge_start), max(charge_end) FROM {table} WHERE {where}", params
+            ).one()
+            if n:
+                conn.exec_driver_sql(f"DELETE FROM {table} WHERE {where}", params)
+                count += int(n)
+                first = lo if first is None else min(first, lo)
+                last = hi if last is None else max(last, hi)
     return Deleted(count, aware(first), aware(last))
+
+
+@contextmanager
+def excluding(conn: Connection) -> Iterator[None]:
+    """PostgreSQL's constraint exclusion for the statements inside, on tables read one by one
+    (``ONLY``): a unit table whose CHECK contradicts the query — another source's, another
+    provider's (``service.billing.unit_tables``) — is not read at all. The server's default
+    (``partition``) applies it only to the children of a table read through it."""
+    before = conn.exec_driver_sql("SELECT current_setting('constraint_exclusion')").scalar_one()
+    conn.exec_driver_sql("SELECT set_config('constraint_exclusion', 'on', true)")
+    try:
+        yield
+    finally:
+        conn.exec_driver_sql("SELECT set_config('constraint_exclusion', %(v)s, true)", {"v": before})
 
 
 def aware(value: dt.datetime | str | None) -> dt.datetime | None:
@@ -225,7 +241,8 @@ def _probe_postgresql(
         "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
     ).one()
     conn.exec_driver_sql(_JOINS, {"hash": "off", "merge": "off"})
-    rows = conn.exec_driver_sql(query, {"source": source}).all()
+    with excluding(conn):
+        rows = conn.exec_driver_sql(query, {"source": source}).all()
     conn.exec_driver_sql(_JOINS, {"hash": before[0], "merge": before[1]})
     return [tuple(r) for r in rows]
 

@@ -19,6 +19,15 @@ Three connections, each used by one thread at a time (:class:`UnitLoader`):
 * the **indexer's** (thread ``billing-index``): a staged table's indexes are built and it is
   analyzed while the writer fills the next table and the import's thread checks the next batch.
 
+A column every line of a unit table holds the same value in is a CHECK constraint on the table,
+not a key of its indexes (:func:`unit_definitions`): ``source`` always (a table holds one source's
+period), ``provider`` when every line named the same one (a CUR's are all ``aws``). An index on a
+constant orders nothing: ``(provider)`` and the ``source`` of ``(source, source_file)`` cost 2.5 of
+the ~14 s of server CPU per 1 M CUR lines (BENCHMARKS.md (m)). The planner skips a table whose
+CHECK contradicts a query's ``source = …`` or ``provider = …`` (``constraint_exclusion``, for the
+children of ``billing_line`` by default and for the import's table-by-table reads by
+:func:`store.excluding`), which no index did.
+
 On one connection those three kinds of work ran one after another: each 1 M lines' index builds
 (~3.4 s) stopped the COPY, the duplicate probes and — through the bounded read-ahead — the parse
 (BENCHMARKS.md). A staged table outlives an import that is killed before it ends: an import that
@@ -62,6 +71,8 @@ _PERIOD_LOCK_NAMESPACE = 0x47504C42
 _INDEX_DEFINITION = re.compile(
     r"CREATE (?P<unique>UNIQUE )?INDEX \S+ ON (?:ONLY )?(?:public\.)?billing_line (?P<using>USING .+)", re.S
 )
+#: "… USING btree (col, col)": an index on plain columns (no expression, no INCLUDE, no WHERE)
+_PLAIN_KEY = re.compile(r"(?P<head>.* USING btree \()(?P<columns>[^()]+)\)", re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +83,38 @@ class UnitTable:
     name: str
     oid: int
     generation: int
+
+
+class _Provider:
+    """Whether every line copied into the open table so far names one provider, and which: a
+    CHECK constraint says so while it holds (:func:`copy_lines`)."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None  # the one provider, while there is one
+        self.mixed = False  # two providers, or a line with none
+
+    def change(self, lines: pl.DataFrame, first: bool) -> str | None:
+        """What the batch ``lines`` does to the table's CHECK: "add" (the first batch, with one
+        provider), "drop" (a batch breaking it), or ``None``."""
+        if self.mixed or lines.is_empty():
+            return None
+        column = lines.get_column("provider")
+        values = column.unique()
+        single = column.null_count() == 0 and values.len() == 1
+        if first:
+            if single:
+                self.value = str(values.item())
+                return "add"
+            self.mixed = True
+            return None
+        if single and values.item() == self.value:
+            return None
+        self.mixed, self.value = True, None
+        return "drop"
+
+    @property
+    def constant(self) -> frozenset[str]:
+        return frozenset({"provider"}) if self.value is not None else frozenset()
 
 
 def unit_prefix(source: str, period_start: dt.datetime) -> str:
@@ -114,6 +157,7 @@ class UnitLoader:
         self.definitions = index_definitions(importing)
         self.tables: list[UnitTable] = []  # every table of this import, the open one last
         self.lines = 0  # in the open table
+        self._provider = _Provider()  # of the open table
         self._staged: list[UnitTable] = []  # committed by the writer
         self._builds: list[Future[None]] = []
         self._pending: Future[int] | None = None
@@ -183,8 +227,9 @@ class UnitLoader:
         self.settle()
         if self.lines >= UNIT_TABLE_LINES:
             self._stage()
+        provider = (self._provider.change(lines, first=self.lines == 0), self._provider.value)
         self._pending = self._writer.submit(
-            copy_lines, self._writer_conn, self.tables[-1], self.source, lines
+            copy_lines, self._writer_conn, self.tables[-1], self.source, lines, provider=provider
         )
         self.lines += lines.height
 
@@ -210,11 +255,11 @@ class UnitLoader:
         last = self.tables[-1]
         self._writer_conn.commit()
         self._staged.append(last)
-        definitions = self.definitions
+        definitions = self._definitions()
         # two halves, about even in cost: the first to the writer, the rest and ANALYZE (which
         # waits for the writer's builds to commit: its lock conflicts with theirs) to the indexer
         mine = self._writer.submit(_committed, self._writer_conn, last, definitions[::2], analyze=False)
-        self._builds.append(self._indexer.submit(self._build, last, definitions[1::2]))
+        self._builds.append(self._indexer.submit(self._build, last, definitions[1::2], workers=True))
         mine.result()
         for build in self._builds:
             build.result()
@@ -252,32 +297,33 @@ class UnitLoader:
         full = self.tables[-1]
         self._writer_conn.commit()
         self._staged.append(full)
-        self._builds.append(self._indexer.submit(self._build, full, None))
+        # beside the COPY, the parse and the checks, which keep the cores busy: the server's
+        # parallel build workers would only take turns with them, and cost a merge
+        self._builds.append(self._indexer.submit(self._build, full, self._definitions(), workers=False))
         self._writer_conn.begin()
         self.tables.append(self._create(full.generation + 1))
         self.lines = 0
+        self._provider = _Provider()
 
-    def _build(self, table: UnitTable, definitions: Sequence[str] | None) -> None:
-        """In the indexer thread: ``table``'s indexes (all of ``billing_line``'s by default: a
-        table staged while the import goes on), then ANALYZE, committed."""
+    def _definitions(self) -> list[str]:
+        """The open table's index definitions: ``billing_line``'s, less its constant columns."""
+        return unit_definitions(self.definitions, frozenset({"source"}) | self._provider.constant)
+
+    def _build(self, table: UnitTable, definitions: Sequence[str], *, workers: bool) -> None:
+        """In the indexer thread: ``definitions`` built on ``table``, then ANALYZE, committed."""
         if self._indexer_conn is None:
             self._indexer_conn = self._engine.connect()
-        conn = self._indexer_conn
-        if definitions is None:
-            # beside the COPY, the parse and the checks, which keep the cores busy: the server's
-            # parallel build workers would only take turns with them, and cost a merge
-            _committed(conn, table, self.definitions, analyze=True, workers=False)
-        else:
-            _committed(conn, table, definitions, analyze=True)
+        _committed(self._indexer_conn, table, definitions, analyze=True, workers=workers)
 
     def _create(self, generation: int) -> UnitTable:
         """Create the next unit table on the writer's connection (in its open transaction)."""
         conn = self._writer_conn
         name = f'"{UNIT_SCHEMA}"."{unit_prefix(self.source, self.period[0])}{generation}"'
         # LIKE copies the columns, NOT NULLs, defaults (the id sequence: ids keep growing in
-        # import order) and CHECKs; no index, no unique key yet.
+        # import order) and CHECKs; no index, no unique key yet. The source is a constant.
         conn.exec_driver_sql(
-            f"CREATE TABLE {name} (LIKE public.billing_line INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            f"CREATE TABLE {name} (LIKE public.billing_line INCLUDING DEFAULTS INCLUDING CONSTRAINTS,"
+            f" CONSTRAINT unit_source CHECK (source = {_literal(self.source)}))"
         )
         start, end = (p.isoformat() for p in self.period)
         what = f"billing lines of {self.source!r}, billing period from {start} to {end}"
@@ -316,6 +362,31 @@ def index_definitions(conn: Connection) -> list[str]:
     return sorted(out, key=lambda d: (-d.count(","), "UNIQUE" not in d, d))
 
 
+def unit_definitions(definitions: Sequence[str], constant: frozenset[str]) -> list[str]:
+    """``definitions`` (:func:`index_definitions`) for a unit table whose ``constant`` columns hold
+    one value in all its lines: those columns left out of each index's key, and an index keyed by
+    them alone left out. A unique key stays unique: among lines equal in the columns left out.
+    One that would lose every column stays as it is."""
+    out = []
+    for definition in definitions:
+        plain = _PLAIN_KEY.fullmatch(definition)
+        if plain is None:
+            out.append(definition)
+            continue
+        columns = [c.strip() for c in plain["columns"].split(",")]
+        kept = [c for c in columns if c.split()[0].strip('"') not in constant]
+        if not kept and definition.startswith("UNIQUE"):
+            out.append(definition)
+        elif kept:
+            out.append(f"{plain['head']}{', '.join(kept)})")
+    return out
+
+
+def _literal(value: str) -> str:
+    """``value`` as an SQL string literal (standard_conforming_strings, PostgreSQL's default)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _committed(
     conn: Connection, table: UnitTable, definitions: Sequence[str], *, analyze: bool, workers: bool = True
 ) -> None:
@@ -348,14 +419,30 @@ def unit_keys(conn: Connection, tables: Sequence[UnitTable], keys: pl.Series) ->
     return pl.DataFrame([tuple(r) for r in rows], schema=schema, orient="row")
 
 
-def copy_lines(conn: Connection, table: UnitTable, source: str, lines: pl.DataFrame) -> int:
+def copy_lines(
+    conn: Connection,
+    table: UnitTable,
+    source: str,
+    lines: pl.DataFrame,
+    *,
+    provider: tuple[str | None, str | None] = (None, None),
+) -> int:
     """COPY ``lines`` (``BILLING_SCHEMA``) into ``table`` as ``source``'s; the number copied.
+    ``provider``: the table's provider CHECK to add first (``("add", value)``, to an empty
+    table: nothing to validate) or drop (``("drop", …)``: a line breaking it), else nothing.
 
     Frozen: a unit table is created in the writer's open transaction, so its rows can be written
     as frozen and its pages all-visible — a tenth less of the server's CPU for the COPY (3.58 →
     3.28 s per 1 M CUR lines), and the first reads after the commit neither set hint bits nor
     write the pages again, nor does a later vacuum freeze them. What FREEZE makes visible early is
     a staged table no query of the ledger reads."""
+    change, value = provider
+    if change == "add" and value is not None:
+        conn.exec_driver_sql(
+            f"ALTER TABLE {table.name} ADD CONSTRAINT unit_provider CHECK (provider = {_literal(value)})"
+        )
+    elif change == "drop":
+        conn.exec_driver_sql(f"ALTER TABLE {table.name} DROP CONSTRAINT unit_provider")
     if lines.is_empty():
         return 0
     frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, text
 
 from connectors.base import RetriableError
 from connectors.billing import BillingBatch
-from service.billing import ingest, unit_tables
+from service.billing import ingest, store, unit_tables
 from service.billing.ingest import BillingImportResult, ingest_billing
 from service.billing.keyhashes import KeyHashes
 from service.db import make_engine
@@ -64,6 +64,33 @@ def children(conn: Connection) -> dict[str, int]:
     }
 
 
+def indexes(conn: Connection, table: str) -> list[str]:
+    """``table``'s indexes as "[UNIQUE ]btree (columns)", sorted."""
+    query = (
+        "SELECT CASE WHEN indexdef LIKE 'CREATE UNIQUE%' THEN 'UNIQUE ' ELSE '' END"
+        " || regexp_replace(indexdef, '^.* USING ', '') FROM pg_indexes WHERE tablename = :t"
+    )
+    return sorted(conn.execute(text(query), {"t": table}).scalars())
+
+
+def unit_indexes(conn: Connection, constant: frozenset[str]) -> list[str]:
+    """billing_line's indexes as a unit table with ``constant`` columns has them."""
+    templates = unit_tables.unit_definitions(unit_tables.index_definitions(conn), constant)
+    return sorted(d.replace("INDEX ON {table} USING ", "") for d in templates)
+
+
+def checks(conn: Connection, table: str) -> dict[str, str]:
+    """``table``'s CHECK constraints: name → definition."""
+    rows = conn.execute(
+        text(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE contype = 'c'"
+            " AND conrelid = to_regclass(:t)"
+        ),
+        {"t": f'"{unit_tables.UNIT_SCHEMA}"."{table}"'},
+    ).all()
+    return {str(n): str(d) for n, d in rows}
+
+
 def keys(conn: Connection) -> list[tuple[str, str, int]]:
     rows = conn.exec_driver_sql("SELECT line_key, source_file, line_no FROM billing_line ORDER BY id")
     return [tuple(r) for r in rows]  # type: ignore[misc]
@@ -85,15 +112,15 @@ def test_a_period_lands_in_its_own_table_with_billing_lines_indexes(pg: Engine) 
             ("b", "s3://cur/2025-09/a1/part-1.csv", 3),
             ("c", "s3://cur/2025-09/a1/part-2.csv", 2),
         ]
-        indexes = "SELECT regexp_replace(indexdef, '^.* USING ', '') FROM pg_indexes WHERE tablename = :t"
-        parent = sorted(conn.execute(text(indexes), {"t": "billing_line"}).scalars())
-        child = sorted(conn.execute(text(indexes), {"t": name}).scalars())
-        assert child == parent and len(parent) >= 6
-        unique = conn.execute(
-            text("SELECT count(*) FROM pg_indexes WHERE tablename = :t AND indexdef LIKE 'CREATE UNIQUE%'"),
-            {"t": name},
-        ).scalar_one()
-        assert unique >= 2  # id, (line_key, source)
+        # billing_line's indexes less the columns every line of the table shares: its source and
+        # (all lines "aws") its provider — CHECK constraints instead
+        assert len(indexes(conn, "billing_line")) >= 6
+        assert indexes(conn, name) == unit_indexes(conn, frozenset({"source", "provider"}))
+        assert "UNIQUE btree (line_key)" in indexes(conn, name)
+        assert checks(conn, name) == {
+            "unit_provider": "CHECK (((provider)::text = 'aws'::text))",
+            "unit_source": "CHECK (((source)::text = 'bills'::text))",
+        }
 
 
 @pytest.mark.postgres
@@ -131,10 +158,9 @@ def test_a_large_period_fills_several_tables_each_indexed_when_full(
         assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
         before = keys(conn)
         assert [k for k, _, _ in before] == ["a", "b", "c", "d", "e", "f"]  # ids in import order
-        indexes = "SELECT regexp_replace(indexdef, '^.* USING ', '') FROM pg_indexes WHERE tablename = :t"
-        parent = sorted(conn.execute(text(indexes), {"t": "billing_line"}).scalars())
+        expected = unit_indexes(conn, frozenset({"source", "provider"}))
         for name in (prefix + "1", prefix + "2", prefix + "3"):
-            assert sorted(conn.execute(text(indexes), {"t": name}).scalars()) == parent
+            assert indexes(conn, name) == expected
     again = run(pg, *batches)
     assert (again.accepted, again.refused, again.lines_replaced) == (6, 1, 6)
     with pg.connect() as conn:
@@ -318,11 +344,11 @@ def test_a_batch_is_copied_in_the_writer_thread_while_the_next_one_is_checked(
     next_batch_filled = threading.Event()
     copies: list[tuple[str, bool]] = []
 
-    def held_copy(*args: object) -> int:
+    def held_copy(*args: object, **kwargs: object) -> int:
         # the first COPY waits (bounded) until the next batch is being worked on
         overlapped = next_batch_filled.wait(timeout=5) if not copies else True
         copies.append((threading.current_thread().name, overlapped))
-        return copy_lines(*args)  # type: ignore[arg-type]
+        return copy_lines(*args, **kwargs)  # type: ignore[arg-type]
 
     def counting_fill(*args: object, **kwargs: object) -> pl.DataFrame:
         if copies or fill_gpus_calls:
@@ -351,11 +377,11 @@ def test_a_copy_failing_in_the_writer_thread_rolls_the_period_back(
     copy_lines = unit_tables.copy_lines
     calls: list[int] = []
 
-    def failing_second(*args: object) -> int:
+    def failing_second(*args: object, **kwargs: object) -> int:
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("the server went away")
-        return copy_lines(*args)  # type: ignore[arg-type]
+        return copy_lines(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(unit_tables, "copy_lines", failing_second)
     for batches in ([part(1, ["n1"]), part(2, ["n2"]), part(3, ["n3"])], [part(1, ["n1"]), part(2, ["n2"])]):
@@ -395,11 +421,11 @@ def test_a_full_tables_indexes_are_built_beside_the_next_tables_copy(
         builds.append((threading.current_thread().name, overlapped, kw.get("workers", True)))
         committed(conn, table, *args, **kw)  # type: ignore[arg-type]
 
-    def noting_copy(conn: Connection, table: unit_tables.UnitTable, *args: object) -> int:
+    def noting_copy(conn: Connection, table: unit_tables.UnitTable, *args: object, **kwargs: object) -> int:
         copied.append(table.name)
         if len(set(copied)) > 1:
             later_copy.set()
-        return copy_lines(conn, table, *args)  # type: ignore[arg-type]
+        return copy_lines(conn, table, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(unit_tables, "_committed", held_build)
     monkeypatch.setattr(unit_tables, "copy_lines", noting_copy)
@@ -472,3 +498,103 @@ def test_two_imports_of_one_period_run_one_after_the_other(pg: Engine) -> None:
     holder.close()
     importing.join(timeout=30)
     assert [(r.accepted, r.refused) for r in done] == [(1, 0)]
+
+
+def test_unit_definitions_leave_a_tables_constant_columns_out_of_its_keys() -> None:
+    """On a table where every line has one source (and one provider), an index keyed by them alone
+    orders nothing and a key's column of them tells no two lines apart."""
+    definitions = [
+        "UNIQUE INDEX ON {table} USING btree (line_key, source)",
+        "INDEX ON {table} USING btree (source, source_file)",
+        "INDEX ON {table} USING btree (provider)",
+        'INDEX ON {table} USING btree (resource_id COLLATE "C", charge_start)',
+        'UNIQUE INDEX ON {table} USING btree ("source")',  # unique over one value: kept as it is
+        "INDEX ON {table} USING btree (lower((source)::text))",  # an expression: kept
+        "INDEX ON {table} USING btree (source) WHERE (provider IS NULL)",  # partial: kept
+    ]
+    assert unit_tables.unit_definitions(definitions, frozenset({"source"})) == [
+        "UNIQUE INDEX ON {table} USING btree (line_key)",
+        "INDEX ON {table} USING btree (source_file)",
+        "INDEX ON {table} USING btree (provider)",
+        'INDEX ON {table} USING btree (resource_id COLLATE "C", charge_start)',
+        'UNIQUE INDEX ON {table} USING btree ("source")',
+        "INDEX ON {table} USING btree (lower((source)::text))",
+        "INDEX ON {table} USING btree (source) WHERE (provider IS NULL)",
+    ]
+    with_provider = unit_tables.unit_definitions(definitions, frozenset({"source", "provider"}))
+    assert "INDEX ON {table} USING btree (provider)" not in with_provider
+    assert len(with_provider) == len(definitions) - 1
+
+
+def test_a_provider_check_holds_only_while_every_line_names_the_same_one() -> None:
+    def frame(*providers: str | None) -> pl.DataFrame:
+        return pl.DataFrame({"provider": list(providers)}, schema={"provider": pl.String})
+
+    one = unit_tables._Provider()
+    assert (one.change(frame("aws", "aws"), first=True), one.value) == ("add", "aws")
+    assert one.change(frame("aws"), first=False) is None and one.constant == {"provider"}
+    assert (one.change(frame("aws", None), first=False), one.value) == ("drop", None)  # a CHECK passes NULL
+    assert one.change(frame("aws"), first=False) is None and one.constant == frozenset()
+    none = unit_tables._Provider()
+    assert none.change(frame(None), first=True) is None and none.mixed
+    empty = unit_tables._Provider()
+    assert empty.change(frame(), first=True) is None and not empty.mixed
+
+
+def provider_batch(n: int, providers: list[str | None]) -> BillingBatch:
+    day = SEP.replace(day=n)
+    rows = [
+        usage(f"{n}-{i}", provider=p, charge_start=day, charge_end=day + dt.timedelta(days=1))
+        for i, p in enumerate(providers)
+    ]
+    found = batch(f"s3://cur/2025-09/a1/part-{n}.csv", rows, assembly_id="a1")
+    found.period_start, found.period_end = SEP, OCT
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [["aws", "aws"], ["gcp"]],  # a later batch breaks the first one's provider: CHECK dropped
+        [["aws", "gcp"], ["aws"]],  # two in the first batch: never added
+        [["gcp"], ["gcp", "azure"]],
+    ],
+)
+def test_a_table_of_several_providers_keeps_the_provider_index(
+    pg: Engine, batches: list[list[str | None]]
+) -> None:
+    result = run(pg, *(provider_batch(n + 1, p) for n, p in enumerate(batches)))
+    assert result.accepted == sum(map(len, batches))
+    with pg.connect() as conn:
+        (name,) = children(conn)
+        assert checks(conn, name) == {"unit_source": "CHECK (((source)::text = 'bills'::text))"}
+        assert indexes(conn, name) == unit_indexes(conn, frozenset({"source"}))
+        assert "btree (provider)" in indexes(conn, name)
+
+
+@pytest.mark.postgres
+def test_another_sources_or_providers_table_is_not_read(pg: Engine) -> None:
+    """The unit table's CHECKs let the planner skip it: through billing_line for another provider
+    (the server's default), and in the import's table-by-table reads for another source
+    (store.excluding) — where no index on source is left to find nothing quickly."""
+    run(pg, part(1, ["a", "b"]))
+    with pg.connect() as conn:
+        (name,) = children(conn)
+        table = f'"{unit_tables.UNIT_SCHEMA}"."{name}"'
+
+        def plan(query: str) -> str:
+            return "\n".join(conn.exec_driver_sql("EXPLAIN " + query).scalars())
+
+        assert table.split(".")[1].strip('"') not in plan("SELECT * FROM billing_line WHERE provider = 'gcp'")
+        assert name in plan("SELECT * FROM billing_line WHERE provider = 'aws'")
+        other = f"SELECT count(*) FROM ONLY {table} WHERE source = 'other' AND charge_start >= '2025-09-01'"
+        assert "Scan" in plan(other)  # without: the month is read to find nothing
+        with store.excluding(conn):
+            assert "One-Time Filter: false" in plan(other) and "Scan" not in plan(other)
+            assert "Scan" in plan(other.replace("'other'", "'bills'"))
+        assert "Scan" in plan(other)  # the setting is back as it was
+        # and the import of another source's September deletes nothing of it
+        deleted = store.delete_lines(conn, "other", period=(SEP, OCT), sparing=(0,))
+        assert deleted.lines == 0
+        assert conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one() == 2
