@@ -128,13 +128,13 @@ def excluding(conn: Connection) -> Iterator[None]:
     """PostgreSQL's constraint exclusion for the statements inside, on tables read one by one
     (``ONLY``): a unit table whose CHECK contradicts the query — another source's, another
     provider's (``service.billing.unit_tables``) — is not read at all. The server's default
-    (``partition``) applies it only to the children of a table read through it."""
+    (``partition``) applies it only to the children of a table read through it. Set for the
+    transaction (``set_config(…, true)``) and put back after; a statement that fails inside
+    aborts the transaction, whose end puts it back (a statement to do so would fail too)."""
     before = conn.exec_driver_sql("SELECT current_setting('constraint_exclusion')").scalar_one()
     conn.exec_driver_sql("SELECT set_config('constraint_exclusion', 'on', true)")
-    try:
-        yield
-    finally:
-        conn.exec_driver_sql("SELECT set_config('constraint_exclusion', %(v)s, true)", {"v": before})
+    yield
+    conn.exec_driver_sql("SELECT set_config('constraint_exclusion', %(v)s, true)", {"v": before})
 
 
 def aware(value: dt.datetime | str | None) -> dt.datetime | None:

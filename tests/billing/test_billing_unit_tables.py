@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from billing_fakes import OCT, SEP, FakeBillingConfig, FakeBillingSource, batch, usage
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from connectors.base import RetriableError
 from connectors.billing import BillingBatch
@@ -598,3 +599,13 @@ def test_another_sources_or_providers_table_is_not_read(pg: Engine) -> None:
         deleted = store.delete_lines(conn, "other", period=(SEP, OCT), sparing=(0,))
         assert deleted.lines == 0
         assert conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one() == 2
+
+
+@pytest.mark.postgres
+def test_a_statement_failing_under_exclusion_raises_its_own_error(pg: Engine) -> None:
+    with pg.connect() as conn:
+        with pytest.raises(DBAPIError, match="division by zero"), store.excluding(conn):
+            conn.exec_driver_sql("SELECT 1/0")
+        conn.rollback()  # the transaction's end puts the setting back
+        setting = conn.exec_driver_sql("SELECT current_setting('constraint_exclusion')").scalar_one()
+        assert setting == "partition"
