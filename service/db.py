@@ -234,6 +234,22 @@ def session_scope(engine: Engine) -> Iterator[Session]:
             raise
 
 
+@contextmanager
+def local_settings(conn: Connection, **settings: str) -> Iterator[None]:
+    """PostgreSQL ``settings`` (name = value) for the statements inside, then back to what they
+    were. Each is set for the transaction (``set_config(…, true)``, ``SET LOCAL`` with bound
+    values); a statement failing inside aborts the transaction, whose end puts them back (a
+    statement to do so would fail too), so nothing is restored then."""
+    names = list(settings)
+    reads = ", ".join(f"current_setting(:n{i})" for i in range(len(names)))
+    sets = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
+    named = {f"n{i}": name for i, name in enumerate(names)}
+    before = conn.execute(text(f"SELECT {reads}"), named).one()
+    conn.execute(text(f"SELECT {sets}"), named | {f"v{i}": settings[n] for i, n in enumerate(names)})
+    yield
+    conn.execute(text(f"SELECT {sets}"), named | {f"v{i}": str(v) for i, v in enumerate(before)})
+
+
 def driver_reason(exc: BaseException) -> str:
     """The first line of what the database driver said (SQLAlchemy wraps it as ``orig``): the
     reason an error line shows, without SQLAlchemy's statement dump."""

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from service.db import make_engine, normalize_url, session_scope
+from service.db import local_settings, make_engine, normalize_url, session_scope
 from service.models import ConnectorState
 
 
@@ -39,3 +39,19 @@ def test_tables_are_empty_at_test_start(engine: Engine) -> None:
     # the previous test wrote connector_state rows; the engine fixture empties every table
     with session_scope(engine) as session:
         assert session.get(ConnectorState, "a") is None
+
+
+@pytest.mark.postgres
+def test_local_settings_hold_inside_and_go_back_after(pg_url: str) -> None:
+    engine = make_engine(pg_url)
+    show = "SELECT current_setting('enable_sort'), current_setting('constraint_exclusion')"
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SET enable_sort = off"))  # the caller's own value, not the default
+            with local_settings(conn, enable_sort="on", constraint_exclusion="on"):
+                assert tuple(conn.execute(text(show)).one()) == ("on", "on")
+            assert tuple(conn.execute(text(show)).one()) == ("off", "partition")
+            conn.commit()
+            assert tuple(conn.execute(text(show)).one()) == ("off", "partition")  # session value kept
+    finally:
+        engine.dispose()

@@ -8,8 +8,8 @@ one file) in one transaction, so a reader sees either the old import or the new 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import polars as pl
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text
 
 from connectors.billing import BILLING_SCHEMA, MONEY, UTC_TIME, RefusedRow
+from service.db import local_settings
 from service.dbtypes import table_of
 from service.ledger import bulk
 from service.models import BillingFile, BillingLine, Rejection
@@ -123,18 +124,16 @@ def _delete_sparing(
     return Deleted(count, aware(first), aware(last))
 
 
-@contextmanager
-def excluding(conn: Connection) -> Iterator[None]:
+def excluding(conn: Connection) -> AbstractContextManager[None]:
     """PostgreSQL's constraint exclusion for the statements inside, on tables read one by one
     (``ONLY``): a unit table whose CHECK contradicts the query — another source's, another
     provider's (``service.billing.unit_tables``) — is not read at all. The server's default
-    (``partition``) applies it only to the children of a table read through it. Set for the
-    transaction (``set_config(…, true)``) and put back after; a statement that fails inside
-    aborts the transaction, whose end puts it back (a statement to do so would fail too)."""
-    before = conn.exec_driver_sql("SELECT current_setting('constraint_exclusion')").scalar_one()
-    conn.exec_driver_sql("SELECT set_config('constraint_exclusion', 'on', true)")
-    yield
-    conn.exec_driver_sql("SELECT set_config('constraint_exclusion', %(v)s, true)", {"v": before})
+    (``partition``) applies it only to the children of a table read through it."""
+    return local_settings(conn, **_EXCLUDING)
+
+
+#: :func:`excluding`'s setting
+_EXCLUDING = {"constraint_exclusion": "on"}
 
 
 def aware(value: dt.datetime | str | None) -> dt.datetime | None:
@@ -237,20 +236,13 @@ def _probe_postgresql(
     # Each probe key looked up in the unique index, whatever the planner's guess: against a
     # stored month of 1 M lines it hashed the whole of it for every batch of 20,000 keys (365 ms
     # of server CPU a batch where the lookups take 42). Only for this query: the settings go back.
-    before = conn.exec_driver_sql(
-        "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
-    ).one()
-    conn.exec_driver_sql(_JOINS, {"hash": "off", "merge": "off"})
-    with excluding(conn):
+    with local_settings(conn, **PROBE_SETTINGS):
         rows = conn.exec_driver_sql(query, {"source": source}).all()
-    conn.exec_driver_sql(_JOINS, {"hash": before[0], "merge": before[1]})
     return [tuple(r) for r in rows]
 
 
-#: The probe's join methods, for the rest of the transaction (``SET LOCAL``, with bound values).
-_JOINS = (
-    "SELECT set_config('enable_hashjoin', %(hash)s, true), set_config('enable_mergejoin', %(merge)s, true)"
-)
+#: The probe's settings: each key looked up by index, unit tables of other sources not read.
+PROBE_SETTINGS = {"enable_hashjoin": "off", "enable_mergejoin": "off", **_EXCLUDING}
 
 
 def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:

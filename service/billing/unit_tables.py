@@ -22,8 +22,9 @@ Three connections, each used by one thread at a time (:class:`UnitLoader`):
 A column every line of a unit table holds the same value in is a CHECK constraint on the table,
 not a key of its indexes (:func:`unit_definitions`): ``source`` always (a table holds one source's
 period), ``provider`` when every line named the same one (a CUR's are all ``aws``). An index on a
-constant orders nothing: ``(provider)`` and the ``source`` of ``(source, source_file)`` cost 2.5 of
-the ~14 s of server CPU per 1 M CUR lines (BENCHMARKS.md (m)). The planner skips a table whose
+constant orders nothing: building ``(provider)``, ``(source, source_file)`` and ``UNIQUE (line_key,
+source)`` took 1.5 s more of server CPU per 1 M CUR lines than ``(source_file)`` and ``UNIQUE
+(line_key)`` (BENCHMARKS.md (m)). The planner skips a table whose
 CHECK contradicts a query's ``source = …`` or ``provider = …`` (``constraint_exclusion``, for the
 children of ``billing_line`` by default and for the import's table-by-table reads by
 :func:`store.excluding`), which no index did.
@@ -327,8 +328,7 @@ class UnitLoader:
         )
         start, end = (p.isoformat() for p in self.period)
         what = f"billing lines of {self.source!r}, billing period from {start} to {end}"
-        quoted = what.replace("'", "''")
-        conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS '{quoted}'")
+        conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS {_literal(what)}")
         oid = int(conn.execute(text("SELECT CAST(to_regclass(:t) AS oid)"), {"t": name}).scalar_one())
         return UnitTable(name, oid, generation)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Select, case, delete, func, insert, select, text
 
+from service.db import local_settings
 from service.dbtypes import table_of
 from service.metrics_catalog import HIST_COLUMNS, UTIL_METRICS
 from service.models import LedgerGroupDay, LedgerGroupHour, LedgerHour
@@ -112,11 +113,9 @@ def hash_grouping(conn: Connection) -> Iterator[None]:
     if conn.dialect.name != "postgresql":
         yield
         return
-    sort = conn.execute(text("SELECT current_setting('enable_sort')")).scalar_one()
     conn.execute(text(f"SET LOCAL work_mem = '{REBUILD_WORK_MEM}'"))
-    conn.execute(text("SET LOCAL enable_sort = off"))
-    yield
-    conn.execute(text("SELECT set_config('enable_sort', :sort, true)"), {"sort": sort})
+    with local_settings(conn, enable_sort="off"):
+        yield
 
 
 def hourly_select(first_day: int, last_day: int) -> Select[Any]:

@@ -71,7 +71,7 @@ def _probe_plan(conn: Connection) -> str:
 def test_postgresql_probe_is_one_join_on_the_unique_index(pg_url: str) -> None:
     """PostgreSQL: the keys are COPYed (no key is bound as a parameter) and the join looks each
     probe key up in the (source, line_key) index, never hashing all of billing_line."""
-    from service.db import make_engine
+    from service.db import local_settings, make_engine
 
     engine = make_engine(pg_url)
     try:
@@ -82,8 +82,8 @@ def test_postgresql_probe_is_one_join_on_the_unique_index(pg_url: str) -> None:
         with engine.connect() as conn:
             event.listen(conn, "before_cursor_execute", lambda *a: statements.append((a[2], a[3])))
             found = store.existing_keys(conn, "bills", [f"k{i}" for i in range(0, 6000, 2)])
-            conn.exec_driver_sql(store._JOINS, {"hash": "off", "merge": "off"})  # as the probe's join
-            plan = _probe_plan(conn)
+            with local_settings(conn, **store.PROBE_SETTINGS):  # as the probe's join
+                plan = _probe_plan(conn)
             conn.rollback()
         assert found.height == 1500
         assert not any("k2" in str(params) for _, params in statements)  # keys travel by COPY
@@ -99,7 +99,7 @@ def test_postgresql_probe_looks_each_key_up_even_where_the_planner_would_hash(pg
     billing_line (a stored month, for every batch). The probe's join turns hash and merge joins off
     for itself alone: it looks each key up in the index, finds every stored key, and the
     transaction's settings are as they were afterwards."""
-    from service.db import make_engine
+    from service.db import local_settings, make_engine
 
     engine = make_engine(pg_url)
     try:
@@ -117,12 +117,12 @@ def test_postgresql_probe_looks_each_key_up_even_where_the_planner_would_hash(pg
             after = conn.exec_driver_sql(
                 "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
             ).one()
-            conn.exec_driver_sql(store._JOINS, {"hash": "off", "merge": "off"})
-            plan = _probe_plan(conn)
+            with local_settings(conn, **store.PROBE_SETTINGS):
+                plan = _probe_plan(conn)
             conn.rollback()
         assert found.height == 20_000
         joins = [i for i, s in enumerate(probe) if "JOIN billing_line" in s]
-        settings = [i for i, s in enumerate(probe) if "set_config('enable_hashjoin'" in s]
+        settings = [i for i, s in enumerate(probe) if "set_config(" in s]
         assert len(joins) == 1 and len(settings) == 2 and settings[0] < joins[0] < settings[1]
         assert tuple(after) == ("on", "on")
         assert "Nested Loop" in plan and "Index" in plan and "Hash" not in plan, plan
