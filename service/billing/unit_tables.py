@@ -21,13 +21,15 @@ Three connections, each used by one thread at a time (:class:`UnitLoader`):
 
 A column every line of a unit table holds the same value in is a CHECK constraint on the table,
 not a key of its indexes (:func:`unit_definitions`): ``source`` always (a table holds one source's
-period), ``provider`` when every line named the same one (a CUR's are all ``aws``). An index on a
+period), ``provider`` and ``source_file`` while every line has the same one (a CUR's are all
+``aws``; a period's file is often one file, or one per table's worth of lines). An index on a
 constant orders nothing: building ``(provider)``, ``(source, source_file)`` and ``UNIQUE (line_key,
 source)`` took 1.5 s more of server CPU per 1 M CUR lines than ``(source_file)`` and ``UNIQUE
-(line_key)`` (BENCHMARKS.md (m)). The planner skips a table whose
-CHECK contradicts a query's ``source = …`` or ``provider = …`` (``constraint_exclusion``, for the
-children of ``billing_line`` by default and for the import's table-by-table reads by
-:func:`store.excluding`), which no index did.
+(line_key)`` (BENCHMARKS.md (m)), and ``(source_file)`` itself ~1.2 s. The planner skips a table
+whose CHECK contradicts a query's ``source = …``, ``provider = …`` or ``source_file IN (…)``
+(``constraint_exclusion``, for the children of ``billing_line`` by default and for the import's
+table-by-table reads by :func:`store.excluding`), which no index did. The constant is also the
+column's DEFAULT, and the COPY leaves the column out (:func:`copy_lines`).
 
 On one connection those three kinds of work ran one after another: each 1 M lines' index builds
 (~3.4 s) stopped the COPY, the duplicate probes and — through the bounded read-ahead — the parse
@@ -46,6 +48,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import IntegrityError
@@ -86,36 +89,59 @@ class UnitTable:
     generation: int
 
 
-class _Provider:
-    """Whether every line copied into the open table so far names one provider, and which: a
-    CHECK constraint says so while it holds (:func:`copy_lines`)."""
+class _Constant:
+    """Whether every line copied into the open table so far holds one value of ``column``, and
+    which. While it does, the table says so twice: a CHECK constraint (the planner skips the table
+    where a query asks for another value) and the column's DEFAULT (the COPY leaves the column out:
+    the server fills it in). See :func:`copy_lines`."""
 
-    def __init__(self) -> None:
-        self.value: str | None = None  # the one provider, while there is one
-        self.mixed = False  # two providers, or a line with none
+    def __init__(self, column: str) -> None:
+        self.column = column
+        self.value: str | None = None  # the one value, while there is one
+        self.mixed = False  # two values, or a line with none
 
-    def change(self, lines: pl.DataFrame, first: bool) -> str | None:
-        """What the batch ``lines`` does to the table's CHECK: "add" (the first batch, with one
-        provider), "drop" (a batch breaking it), or ``None``."""
+    def change(self, lines: pl.DataFrame, first: bool) -> Change:
+        """What the batch ``lines`` does to the table's CHECK and DEFAULT: "add" (the first batch,
+        with one value), "drop" (a batch breaking it), or ``None``."""
         if self.mixed or lines.is_empty():
-            return None
-        column = lines.get_column("provider")
+            return Change(self.column, None, self.value)
+        column = lines.get_column(self.column)
         values = column.unique()
         single = column.null_count() == 0 and values.len() == 1
         if first:
             if single:
                 self.value = str(values.item())
-                return "add"
+                return Change(self.column, "add", self.value)
             self.mixed = True
-            return None
+            return Change(self.column, None, None)
         if single and values.item() == self.value:
-            return None
+            return Change(self.column, None, self.value)
         self.mixed, self.value = True, None
-        return "drop"
+        return Change(self.column, "drop", None)
 
     @property
     def constant(self) -> frozenset[str]:
-        return frozenset({"provider"}) if self.value is not None else frozenset()
+        return frozenset({self.column}) if self.value is not None else frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one batch does to one of the open table's constant columns (:class:`_Constant`):
+    ``change`` "add", "drop" or ``None``; ``value`` the column's one value while it holds (the
+    batch then leaves the column out of its COPY)."""
+
+    column: str
+    change: str | None
+    value: str | None
+
+
+#: Columns that may be constant in a unit table besides ``source`` (always one): a CUR's lines all
+#: name ``aws``, and a period's file is often one file — or one per unit table's worth of lines.
+_MAYBE_CONSTANT = ("provider", "source_file")
+
+
+def _constants() -> list[_Constant]:
+    return [_Constant(c) for c in _MAYBE_CONSTANT]
 
 
 def unit_prefix(source: str, period_start: dt.datetime) -> str:
@@ -156,9 +182,13 @@ class UnitLoader:
         self.importing = importing
         #: billing_line's indexes (read once: a migration does not run under an import)
         self.definitions = index_definitions(importing)
+        #: the sequence of ``billing_line.id``: a batch's ids are drawn before its COPY (copy_lines)
+        self._sequence = str(
+            importing.execute(text("SELECT pg_get_serial_sequence('public.billing_line', 'id')")).scalar_one()
+        )
         self.tables: list[UnitTable] = []  # every table of this import, the open one last
         self.lines = 0  # in the open table
-        self._provider = _Provider()  # of the open table
+        self._constants = _constants()  # of the open table
         self._staged: list[UnitTable] = []  # committed by the writer
         self._builds: list[Future[None]] = []
         self._pending: Future[int] | None = None
@@ -228,9 +258,9 @@ class UnitLoader:
         self.settle()
         if self.lines >= UNIT_TABLE_LINES:
             self._stage()
-        provider = (self._provider.change(lines, first=self.lines == 0), self._provider.value)
+        changes = [c.change(lines, first=self.lines == 0) for c in self._constants]
         self._pending = self._writer.submit(
-            copy_lines, self._writer_conn, self.tables[-1], self.source, lines, provider=provider
+            copy_lines, self._writer_conn, self.tables[-1], lines, changes=changes, ids=self._sequence
         )
         self.lines += lines.height
 
@@ -304,11 +334,12 @@ class UnitLoader:
         self._writer_conn.begin()
         self.tables.append(self._create(full.generation + 1))
         self.lines = 0
-        self._provider = _Provider()
+        self._constants = _constants()
 
     def _definitions(self) -> list[str]:
         """The open table's index definitions: ``billing_line``'s, less its constant columns."""
-        return unit_definitions(self.definitions, frozenset({"source"}) | self._provider.constant)
+        constant = frozenset({"source"}).union(*(c.constant for c in self._constants))
+        return unit_definitions(self.definitions, constant)
 
     def _build(self, table: UnitTable, definitions: Sequence[str], *, workers: bool) -> None:
         """In the indexer thread: ``definitions`` built on ``table``, then ANALYZE, committed."""
@@ -320,12 +351,14 @@ class UnitLoader:
         """Create the next unit table on the writer's connection (in its open transaction)."""
         conn = self._writer_conn
         name = f'"{UNIT_SCHEMA}"."{unit_prefix(self.source, self.period[0])}{generation}"'
-        # LIKE copies the columns, NOT NULLs, defaults (the id sequence: ids keep growing in
-        # import order) and CHECKs; no index, no unique key yet. The source is a constant.
+        # LIKE copies the columns, NOT NULLs, defaults and CHECKs; no index, no unique key yet.
+        # The source is a constant: a CHECK, and the default the COPY leaves it to.
+        source = _literal(self.source)
         conn.exec_driver_sql(
             f"CREATE TABLE {name} (LIKE public.billing_line INCLUDING DEFAULTS INCLUDING CONSTRAINTS,"
-            f" CONSTRAINT unit_source CHECK (source = {_literal(self.source)}))"
+            f" CONSTRAINT unit_source CHECK (source = {source}))"
         )
+        conn.exec_driver_sql(f"ALTER TABLE {name} ALTER COLUMN source SET DEFAULT {source}")
         start, end = (p.isoformat() for p in self.period)
         what = f"billing lines of {self.source!r}, billing period from {start} to {end}"
         conn.exec_driver_sql(f"COMMENT ON TABLE {name} IS {_literal(what)}")
@@ -422,29 +455,62 @@ def unit_keys(conn: Connection, tables: Sequence[UnitTable], keys: pl.Series) ->
 def copy_lines(
     conn: Connection,
     table: UnitTable,
-    source: str,
     lines: pl.DataFrame,
     *,
-    provider: tuple[str | None, str | None] = (None, None),
+    changes: Sequence[Change] = (),
+    ids: str,
 ) -> int:
-    """COPY ``lines`` (``BILLING_SCHEMA``) into ``table`` as ``source``'s; the number copied.
-    ``provider``: the table's provider CHECK to add first (``("add", value)``, to an empty
-    table: nothing to validate) or drop (``("drop", …)``: a line breaking it), else nothing.
+    """COPY ``lines`` (``BILLING_SCHEMA``) into ``table``; the number copied. ``changes``: what the
+    batch does to the table's constant columns (:class:`_Constant`) — a CHECK and DEFAULT added
+    first (to an empty table: nothing to validate) or dropped (a line breaks it); a column that
+    still holds one value is left out of the COPY, as ``source`` always is (the server fills in
+    the DEFAULT: ~100 bytes a CUR line it neither receives nor parses). ``ids``: the sequence of
+    ``billing_line.id``.
+
+    **Sorted by resource and charge start, numbered in line order.** The batch's ids are drawn
+    from the sequence first (:func:`draw_ids`) and given to its lines in file order, so paging by
+    id still reads lines in import order; the lines are then written sorted by ``(resource_id,
+    charge_start)``. The table's costliest index has that key, and a heap in runs of its order
+    sorts in half the comparisons: building it took 3.2 → 1.6 s of server CPU per 1 M CUR lines,
+    ``(charge_start)`` 1.2 → 1.0 s (BENCHMARKS.md (n)).
 
     Frozen: a unit table is created in the writer's open transaction, so its rows can be written
     as frozen and its pages all-visible — a tenth less of the server's CPU for the COPY (3.58 →
     3.28 s per 1 M CUR lines), and the first reads after the commit neither set hint bits nor
     write the pages again, nor does a later vacuum freeze them. What FREEZE makes visible early is
     a staged table no query of the ledger reads."""
-    change, value = provider
-    if change == "add" and value is not None:
-        conn.exec_driver_sql(
-            f"ALTER TABLE {table.name} ADD CONSTRAINT unit_provider CHECK (provider = {_literal(value)})"
-        )
-    elif change == "drop":
-        conn.exec_driver_sql(f"ALTER TABLE {table.name} DROP CONSTRAINT unit_provider")
+    actions = []
+    for c in changes:
+        if c.change == "add" and c.value is not None:
+            value = _literal(c.value)
+            actions += [
+                f"ADD CONSTRAINT unit_{c.column} CHECK ({c.column} = {value})",
+                f"ALTER COLUMN {c.column} SET DEFAULT {value}",
+            ]
+        elif c.change == "drop":
+            actions += [f"DROP CONSTRAINT unit_{c.column}", f"ALTER COLUMN {c.column} DROP DEFAULT"]
+    if actions:
+        conn.exec_driver_sql(f"ALTER TABLE {table.name} {', '.join(actions)}")
     if lines.is_empty():
         return 0
-    frame = lines.select(list(BILLING_SCHEMA)).with_columns(pl.lit(source).alias("source"))
+    left_out = {"source"} | {c.column for c in changes if c.value is not None}
+    frame = (
+        lines.select([c for c in BILLING_SCHEMA if c not in left_out])
+        .with_columns(pl.Series("id", draw_ids(conn, ids, lines.height)))
+        .sort("resource_id", "charge_start", nulls_last=True)
+    )
     store.copy_text_into(conn, table.name, store.pg_times(frame), freeze=True)
     return frame.height
+
+
+def draw_ids(conn: Connection, sequence: str, n: int) -> np.ndarray:
+    """``n`` values of ``sequence``, ascending: one range unless another session drew some meanwhile
+    (then the values themselves, sent only in that case)."""
+    low, high, values = conn.exec_driver_sql(
+        "SELECT min(v), max(v), CASE WHEN max(v) - min(v) + 1 = count(*) THEN NULL"
+        " ELSE array_agg(v ORDER BY v) END"
+        f" FROM (SELECT nextval({_literal(sequence)}) AS v FROM generate_series(1, {int(n)})) AS drawn"
+    ).one()
+    if values is None:
+        return np.arange(int(low), int(high) + 1, dtype=np.int64)
+    return np.array(values, dtype=np.int64)

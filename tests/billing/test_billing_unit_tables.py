@@ -159,9 +159,15 @@ def test_a_large_period_fills_several_tables_each_indexed_when_full(
         assert conn.exec_driver_sql("SELECT count(*) FROM ONLY billing_line").scalar_one() == 0
         before = keys(conn)
         assert [k for k, _, _ in before] == ["a", "b", "c", "d", "e", "f"]  # ids in import order
-        expected = unit_indexes(conn, frozenset({"source", "provider"}))
-        for name in (prefix + "1", prefix + "2", prefix + "3"):
-            assert indexes(conn, name) == expected
+        # the first and last tables hold one file's lines each: their file is a CHECK, no index
+        one_file = unit_indexes(conn, frozenset({"source", "provider", "source_file"}))
+        assert indexes(conn, prefix + "1") == indexes(conn, prefix + "3") == one_file
+        assert indexes(conn, prefix + "2") == unit_indexes(conn, frozenset({"source", "provider"}))
+        assert "btree (source_file)" in indexes(conn, prefix + "2")
+        assert checks(conn, prefix + "3")["unit_source_file"] == (
+            "CHECK (((source_file)::text = 's3://cur/2025-09/a1/part-4.csv'::text))"
+        )
+        assert "unit_source_file" not in checks(conn, prefix + "2")
     again = run(pg, *batches)
     assert (again.accepted, again.refused, again.lines_replaced) == (6, 1, 6)
     with pg.connect() as conn:
@@ -527,19 +533,22 @@ def test_unit_definitions_leave_a_tables_constant_columns_out_of_its_keys() -> N
     assert len(with_provider) == len(definitions) - 1
 
 
-def test_a_provider_check_holds_only_while_every_line_names_the_same_one() -> None:
+def test_a_constant_column_holds_only_while_every_line_has_the_same_value() -> None:
     def frame(*providers: str | None) -> pl.DataFrame:
         return pl.DataFrame({"provider": list(providers)}, schema={"provider": pl.String})
 
-    one = unit_tables._Provider()
-    assert (one.change(frame("aws", "aws"), first=True), one.value) == ("add", "aws")
-    assert one.change(frame("aws"), first=False) is None and one.constant == {"provider"}
-    assert (one.change(frame("aws", None), first=False), one.value) == ("drop", None)  # a CHECK passes NULL
-    assert one.change(frame("aws"), first=False) is None and one.constant == frozenset()
-    none = unit_tables._Provider()
-    assert none.change(frame(None), first=True) is None and none.mixed
-    empty = unit_tables._Provider()
-    assert empty.change(frame(), first=True) is None and not empty.mixed
+    def change(kind: str | None, value: str | None) -> unit_tables.Change:
+        return unit_tables.Change("provider", kind, value)
+
+    one = unit_tables._Constant("provider")
+    assert one.change(frame("aws", "aws"), first=True) == change("add", "aws")
+    assert one.change(frame("aws"), first=False) == change(None, "aws") and one.constant == {"provider"}
+    assert one.change(frame("aws", None), first=False) == change("drop", None)  # a CHECK passes NULL
+    assert one.change(frame("aws"), first=False) == change(None, None) and one.constant == frozenset()
+    none = unit_tables._Constant("provider")
+    assert none.change(frame(None), first=True) == change(None, None) and none.mixed
+    empty = unit_tables._Constant("provider")
+    assert empty.change(frame(), first=True) == change(None, None) and not empty.mixed
 
 
 def provider_batch(n: int, providers: list[str | None]) -> BillingBatch:
@@ -609,3 +618,62 @@ def test_a_statement_failing_under_exclusion_raises_its_own_error(pg: Engine) ->
         conn.rollback()  # the transaction's end puts the setting back
         setting = conn.exec_driver_sql("SELECT current_setting('constraint_exclusion')").scalar_one()
         assert setting == "partition"
+
+
+@pytest.mark.postgres
+def test_lines_are_written_by_resource_and_time_but_numbered_in_line_order(pg: Engine) -> None:
+    """A batch's ids are drawn first and given in line order (paging by id reads import order);
+    its rows are then written sorted by (resource_id, charge_start), the costliest index's key."""
+    day = SEP.replace(day=3)
+    spec = [("k1", "i-b", 5), ("k2", "i-a", 7), ("k3", None, 1), ("k4", "i-a", 2), ("k5", "i-b", 1)]
+    rows = [
+        usage(
+            k,
+            resource_id=r,
+            charge_start=day + dt.timedelta(hours=h),
+            charge_end=day + dt.timedelta(hours=h + 1),
+        )
+        for k, r, h in spec
+    ]
+    found = batch("s3://cur/2025-09/a1/part-1.csv", rows, assembly_id="a1")
+    found.period_start, found.period_end = SEP, OCT
+    assert run(pg, found).accepted == 5
+    with pg.connect() as conn:
+        (name,) = children(conn)
+        table = f'"{unit_tables.UNIT_SCHEMA}"."{name}"'
+        assert [k for k, _, _ in keys(conn)] == ["k1", "k2", "k3", "k4", "k5"]
+        written = conn.exec_driver_sql(f"SELECT line_key FROM ONLY {table} ORDER BY ctid").scalars().all()
+        assert written == ["k4", "k2", "k5", "k1", "k3"]  # i-a 02:00, 07:00; i-b 01:00, 05:00; none
+        ids = conn.exec_driver_sql(f"SELECT id FROM ONLY {table} ORDER BY id").scalars().all()
+        assert ids == list(range(ids[0], ids[0] + 5))
+        # the columns the COPY left out hold the table's one value (their DEFAULTs)
+        stored = conn.exec_driver_sql(
+            f"SELECT DISTINCT source, source_file, provider FROM ONLY {table}"
+        ).all()
+        assert [tuple(r) for r in stored] == [("bills", "s3://cur/2025-09/a1/part-1.csv", "aws")]
+
+        def plan(query: str) -> str:
+            return "\n".join(conn.exec_driver_sql("EXPLAIN " + query).scalars())
+
+        # the file's CHECK lets the planner skip the table for another file, as the index found nothing
+        assert name not in plan(
+            "SELECT * FROM billing_line WHERE source_file = 's3://cur/2025-09/a1/part-2.csv'"
+        )
+        assert name in plan("SELECT * FROM billing_line WHERE source_file = 's3://cur/2025-09/a1/part-1.csv'")
+        # and a re-import's per-file delete of another file (table by table) deletes nothing of it
+        other = store.delete_lines(conn, "bills", files=["s3://cur/2025-09/a1/part-2.csv"], sparing=(0,))
+        mine = store.delete_lines(conn, "bills", files=["s3://cur/2025-09/a1/part-1.csv"], sparing=(0,))
+        assert (other.lines, mine.lines) == (0, 5)
+        conn.rollback()
+
+
+@pytest.mark.postgres
+def test_ids_drawn_are_the_sequences_own_values(pg: Engine) -> None:
+    """One range when nobody else drew meanwhile, else the values themselves (a sequence stepping
+    by 3 stands in for another session drawing between ours)."""
+    with pg.connect() as conn:
+        conn.exec_driver_sql("CREATE TEMPORARY SEQUENCE drawn_plain")
+        conn.exec_driver_sql("CREATE TEMPORARY SEQUENCE drawn_gaps INCREMENT BY 3")
+        assert unit_tables.draw_ids(conn, "drawn_plain", 4).tolist() == [1, 2, 3, 4]
+        assert unit_tables.draw_ids(conn, "drawn_plain", 2).tolist() == [5, 6]
+        assert unit_tables.draw_ids(conn, "drawn_gaps", 4).tolist() == [1, 4, 7, 10]
