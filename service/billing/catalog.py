@@ -170,6 +170,15 @@ def _hours_unit() -> pl.Expr:
     return pl.col("usage_unit").str.strip_chars().str.to_lowercase().is_in(sorted(HOUR_UNITS))
 
 
+def _per_value(frame: pl.DataFrame, exprs: dict[str, pl.Expr]) -> pl.DataFrame:
+    """``frame`` with each expression (keyed by the one column it reads) computed over that
+    column's distinct values and joined back."""
+    for column, expr in exprs.items():
+        distinct = frame.select(pl.col(column).unique()).with_columns(expr)
+        frame = frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
+    return frame
+
+
 def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl.DataFrame:
     """``lines`` with ``gpu_count`` and ``gpu_hours`` filled where the parser left them null.
 
@@ -188,18 +197,39 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
     """
     catalog = catalog or bundled_catalog()
     columns = lines.columns
-    joined = lines.with_columns(_key_expr().alias("_key")).join(
-        catalog.frame, on="_key", how="left", coalesce=True, maintain_order="left"
+    # What depends on one low-cardinality column alone is computed once per distinct value and
+    # joined back (a CUR chunk of 20,000 lines names ~15 instance types, 6 units, 5 charge types):
+    # 10 → 7 ms a chunk, where the key, the shape regex and the lower-casing ran per line.
+    types = (
+        lines.select(pl.col("instance_type").unique())
+        .with_columns(_key_expr().alias("_key"))
+        .join(catalog.frame, on="_key", how="left")
+        .select(
+            "instance_type",
+            pl.coalesce(
+                pl.col("_catalog_gpu_count"),
+                pl.col("_key").str.extract(OCI_SHAPE_GPUS, 1).cast(pl.Int32, strict=False),
+            ).alias("_type_gpu_count"),
+        )
     )
-    named = _key_expr().str.extract(OCI_SHAPE_GPUS, 1).cast(pl.Int32, strict=False)
-    count = pl.coalesce(pl.col("gpu_count"), pl.col("_catalog_gpu_count"), named).cast(pl.Int32)
+    joined = _per_value(
+        lines.join(types, on="instance_type", how="left", nulls_equal=True, maintain_order="left"),
+        {
+            "usage_unit": _hours_unit().fill_null(False).alias("_hours"),
+            "charge_type": pl.col("charge_type")
+            .str.strip_chars()
+            .str.to_lowercase()
+            .is_in(sorted(NON_GPU_TIME_CHARGES))
+            .fill_null(False)
+            .alias("_no_gpu_time"),
+        },
+    )
+    count = pl.coalesce(pl.col("gpu_count"), pl.col("_type_gpu_count")).cast(pl.Int32)
     joined = joined.with_columns(count.alias("gpu_count"))
     gpu_sku = pl.col("is_gpu_sku").fill_null(False)
-    hours = _hours_unit().fill_null(False)
+    hours = pl.col("_hours")
     is_usage = pl.col("charge_category") == ChargeCategory.USAGE.value
-    no_gpu_time = (
-        pl.col("charge_type").str.strip_chars().str.to_lowercase().is_in(sorted(NON_GPU_TIME_CHARGES))
-    ).fill_null(False)
+    no_gpu_time = pl.col("_no_gpu_time")
     known = pl.col("gpu_count").is_not_null()
     # A negative quantity (a credit-like usage row: flagged negative_usage by the dialect) bills no
     # GPU-hours: re-pricing must never see negative billed hours.
