@@ -160,6 +160,7 @@ from connectors.billing_io import (
     Checks,
     Normalized,
     Split,
+    by_distinct,
     canonical,
     check_explicit,
     flexible_time,
@@ -796,7 +797,7 @@ def _with_keys(good: pl.DataFrame, line_id: pl.Expr, columns: list[str]) -> pl.D
     keyed by ``sha1:`` of its fields (the same record gives the same key in every import, and a
     record repeated in the file is still refused as a duplicate). Python per such row only."""
     # the start as text once per distinct hour (strftime per row was a tenth of the mapping's time)
-    keyed = _by_distinct(good, "_start", {"_start_text": pl.col("_start").dt.strftime(_ISO)})
+    keyed = by_distinct(good, "_start", {"_start_text": pl.col("_start").dt.strftime(_ISO)})
     keyed = keyed.with_columns((line_id + ":" + pl.col("_start_text")).alias("_key")).drop("_start_text")
     without = keyed.filter(pl.col("_key").is_null())
     if without.is_empty():
@@ -925,13 +926,6 @@ def _normalize(
     return Split(_lines(good, layout, file, file_columns, kind_column), refused, findings)
 
 
-def _by_distinct(frame: pl.DataFrame, column: str, exprs: dict[str, pl.Expr]) -> pl.DataFrame:
-    """``frame`` with ``exprs`` (functions of ``column`` alone) computed once per distinct value of
-    it and joined back: a usage type or a product map has tens of values in a chunk."""
-    distinct = frame.select(pl.col(column).unique()).with_columns(**exprs)
-    return frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
-
-
 def _lines(
     good: pl.DataFrame, layout: _Layout, file: str, file_columns: list[str], kind_column: str
 ) -> pl.DataFrame:
@@ -946,7 +940,7 @@ def _lines(
     product_name = layout.names.get("product", "product")
     usage_type = _text(c(usage_name))
     base_type = usage_type.str.replace(_REGION_PREFIX, "")
-    good = _by_distinct(
+    good = by_distinct(
         good,
         usage_name,
         {

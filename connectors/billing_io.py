@@ -378,8 +378,7 @@ class Checks:
             if column is None:
                 frame = frame.with_columns(value.alias(name))
                 continue
-            distinct = frame.select(pl.col(column).unique()).with_columns(value.alias(name))
-            frame = frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
+            frame = by_distinct(frame, column, {name: value})
         extra = {"_bad": code}
         if self.money is not None:
             extra["_money"] = self.money
@@ -442,6 +441,14 @@ class Checks:
                     Finding(self.file, rule, self._name(column), reason, int(n), examples, group_provider)
                 )
         return merge_findings(findings)
+
+
+def by_distinct(frame: pl.DataFrame, column: str, exprs: Mapping[str, pl.Expr]) -> pl.DataFrame:
+    """``frame`` with ``exprs`` (functions of ``column`` alone) computed once per distinct value of
+    it and joined back: a low-cardinality column (a usage type, a unit, an instance type) has tens
+    of values in a chunk of thousands of lines."""
+    distinct = frame.select(pl.col(column).unique()).with_columns(**exprs)
+    return frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
 
 
 def _raw(row: dict[str, object]) -> str:

@@ -41,6 +41,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from connectors.billing import MONEY, ChargeCategory
+from connectors.billing_io import by_distinct
 
 CATALOG_FILE = "gpu_instances.csv"
 
@@ -170,15 +171,6 @@ def _hours_unit() -> pl.Expr:
     return pl.col("usage_unit").str.strip_chars().str.to_lowercase().is_in(sorted(HOUR_UNITS))
 
 
-def _per_value(frame: pl.DataFrame, exprs: dict[str, pl.Expr]) -> pl.DataFrame:
-    """``frame`` with each expression (keyed by the one column it reads) computed over that
-    column's distinct values and joined back."""
-    for column, expr in exprs.items():
-        distinct = frame.select(pl.col(column).unique()).with_columns(expr)
-        frame = frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
-    return frame
-
-
 def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl.DataFrame:
     """``lines`` with ``gpu_count`` and ``gpu_hours`` filled where the parser left them null.
 
@@ -212,18 +204,12 @@ def fill_gpus(lines: pl.DataFrame, catalog: InstanceCatalog | None = None) -> pl
             ).alias("_type_gpu_count"),
         )
     )
-    joined = _per_value(
-        lines.join(types, on="instance_type", how="left", nulls_equal=True, maintain_order="left"),
-        {
-            "usage_unit": _hours_unit().fill_null(False).alias("_hours"),
-            "charge_type": pl.col("charge_type")
-            .str.strip_chars()
-            .str.to_lowercase()
-            .is_in(sorted(NON_GPU_TIME_CHARGES))
-            .fill_null(False)
-            .alias("_no_gpu_time"),
-        },
+    joined = lines.join(types, on="instance_type", how="left", nulls_equal=True, maintain_order="left")
+    joined = by_distinct(joined, "usage_unit", {"_hours": _hours_unit().fill_null(False)})
+    no_gpu_charge = (
+        pl.col("charge_type").str.strip_chars().str.to_lowercase().is_in(sorted(NON_GPU_TIME_CHARGES))
     )
+    joined = by_distinct(joined, "charge_type", {"_no_gpu_time": no_gpu_charge.fill_null(False)})
     count = pl.coalesce(pl.col("gpu_count"), pl.col("_type_gpu_count")).cast(pl.Int32)
     joined = joined.with_columns(count.alias("gpu_count"))
     gpu_sku = pl.col("is_gpu_sku").fill_null(False)

@@ -471,7 +471,7 @@ def copy_lines(
     from the sequence first (:func:`draw_ids`) and given to its lines in file order, so paging by
     id still reads lines in import order; the lines are then written sorted by ``(resource_id,
     charge_start)``. The table's costliest index has that key, and a heap in runs of its order
-    sorts in half the comparisons: building it took 3.2 → 1.6 s of server CPU per 1 M CUR lines,
+    sorts in half the comparisons: building it took 3.2 → 1.4–1.6 s of server CPU per 1 M CUR lines,
     ``(charge_start)`` 1.2 → 1.0 s (BENCHMARKS.md (n)).
 
     Frozen: a unit table is created in the writer's open transaction, so its rows can be written
