@@ -677,3 +677,23 @@ def test_ids_drawn_are_the_sequences_own_values(pg: Engine) -> None:
         assert unit_tables.draw_ids(conn, "drawn_plain", 4).tolist() == [1, 2, 3, 4]
         assert unit_tables.draw_ids(conn, "drawn_plain", 2).tolist() == [5, 6]
         assert unit_tables.draw_ids(conn, "drawn_gaps", 4).tolist() == [1, 4, 7, 10]
+
+
+@pytest.mark.postgres
+def test_a_file_name_with_quotes_is_a_literal_in_its_check_and_default(pg: Engine) -> None:
+    """The file's name goes into the table's CHECK and DEFAULT as SQL text: quoted, never run."""
+    name = "s3://cur/2025-09/o'brien'); DROP TABLE billing_file; --/part-1.csv"
+    day = SEP.replace(day=2)
+    found = batch(
+        name, [usage("q1", charge_start=day, charge_end=day + dt.timedelta(days=1))], assembly_id="a1"
+    )
+    found.period_start, found.period_end = SEP, OCT
+    assert run(pg, found).accepted == 1
+    with pg.connect() as conn:
+        (table,) = children(conn)
+        assert checks(conn, table)["unit_source_file"] == (
+            "CHECK (((source_file)::text = "
+            "'s3://cur/2025-09/o''brien''); DROP TABLE billing_file; --/part-1.csv'::text))"
+        )
+        assert keys(conn) == [("q1", name, 2)]
+        assert conn.exec_driver_sql("SELECT count(*) FROM billing_file").scalar_one() == 1
