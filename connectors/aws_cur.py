@@ -160,10 +160,10 @@ from connectors.billing_io import (
     Checks,
     Normalized,
     Split,
+    any_time,
     by_distinct,
     canonical,
     check_explicit,
-    flexible_time,
     require_columns,
     sane_period,
     sha1_keys,
@@ -760,8 +760,7 @@ _EFFECTIVE_INPUTS: dict[str, tuple[str, ...]] = {
 def _time(text: pl.Expr) -> pl.Expr:
     """A CUR timestamp in any form it is written (``_TIME_FORMATS`` first, then every ISO form:
     ``2022-07-01 00:00:00.000``, ``2025-09-01 00:00:00+00:00``…), as UTC."""
-    tried = [text.str.to_datetime(f, time_zone="UTC", strict=False, time_unit="us") for f in _TIME_FORMATS]
-    return pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)])
+    return any_time(text, _TIME_FORMATS)
 
 
 def _number(text: pl.Expr) -> pl.Expr:

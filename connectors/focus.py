@@ -136,8 +136,8 @@ from connectors.billing_io import (
     LINE,
     Checks,
     Normalized,
+    any_time,
     canonical,
-    flexible_time,
     require_columns,
     sane_period,
     sha1_keys,
@@ -501,9 +501,7 @@ def _text_exprs(schema: dict[str, pl.DataType]) -> list[pl.Expr]:
 def _timestamp(column: str) -> pl.Expr:
     """``column`` as the checks read a timestamp (``Checks.timestamp`` with :data:`_ISO_FORMATS`, then
     every ISO 8601 form: :func:`~connectors.billing_io.flexible_time`); null where it is not one."""
-    text = pl.col(column).str.strip_chars()
-    tried = [text.str.to_datetime(f, time_zone="UTC", strict=False, time_unit="us") for f in _ISO_FORMATS]
-    return pl.coalesce([*(t.cast(UTC_TIME) for t in tried), flexible_time(text)])
+    return any_time(pl.col(column).str.strip_chars(), _ISO_FORMATS)
 
 
 def _line_keys(frame: pl.DataFrame) -> pl.Series:

@@ -20,12 +20,14 @@ from connectors.billing_driver import Dialect, ExportFile, OpenedFile, Period, c
 from connectors.billing_io import (
     LINE,
     Checks,
+    FirstOf,
     Normalized,
     Split,
     canonical,
     csv_frame,
     flexible_time,
     null_literals,
+    time_tries,
 )
 from connectors.sdk import MONEY, BillingBatch, Finding, RefusedRow, merge_findings
 
@@ -143,6 +145,59 @@ def test_a_dialect_format_is_tried_before_the_iso_forms() -> None:
         dt.datetime(2019, 7, 30, tzinfo=UTC),
     ]
     assert [(r.line, r.reason) for r in refused] == [(4, "not a timestamp: '29.07.2019'")]
+
+
+def test_first_of_runs_a_later_try_only_on_rows_the_ones_before_left_unread() -> None:
+    # the second try raises on any text that is not digits: it must see only "7" (the first try
+    # read the dates; the empty and null rows are not present)
+    frame = pl.DataFrame({"v": ["2024-01-02", "7", "", None, "2024-01-03"]})
+    date = pl.col("v").str.to_date("%Y-%m-%d", strict=False).cast(pl.Int64)
+    digits = pl.col("v").str.to_integer(strict=True)
+    first = FirstOf((date, digits), present=pl.col("v") != "")
+    assert first.evaluate(frame).to_list() == [19724, 7, None, None, 19725]
+    with pytest.raises(pl.exceptions.ComputeError):
+        frame.select(pl.coalesce(date, digits))  # what a coalesce would have run it on
+
+
+def test_first_of_with_nothing_left_to_read_never_runs_the_fallback() -> None:
+    frame = pl.DataFrame({"v": ["1", "2"]})
+    never = pl.col("v").str.to_integer(strict=True) + pl.col("missing_column")
+    assert FirstOf((pl.col("v").cast(pl.Int64), never), present=pl.lit(True)).evaluate(frame).to_list() == [
+        1,
+        2,
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.sampled_from(["", " ", "yesterday", "2025-13-01T00:00:00Z", "2024-02-30"]),
+            # hypothesis takes naive bounds; the texts it writes carry their own zone or none
+            st.datetimes(dt.datetime(2000, 1, 1), dt.datetime(2099, 12, 31)).flatmap(  # noqa: DTZ001
+                lambda t: st.sampled_from(
+                    [
+                        t.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        t.strftime("%m/%d/%Y"),
+                        t.strftime("%Y-%m-%d %H:%M:%S"),
+                        t.strftime("%Y-%m-%dT%H:%M"),
+                        t.strftime("%Y-%m-%d"),
+                        t.strftime("%Y-%m-%dT%H:%M:%S+0130"),
+                    ]
+                )
+            ),
+        ),
+        max_size=30,
+    )
+)
+def test_first_of_the_time_tries_reads_what_their_coalesce_reads(texts: list[str | None]) -> None:
+    frame = pl.DataFrame({"v": texts}, schema={"v": pl.String})
+    text = pl.col("v").str.strip_chars()
+    tries = tuple(time_tries(text, ("%Y-%m-%dT%H:%M:%SZ", "%m/%d/%Y")))
+    present = text.is_not_null() & (text != "")
+    expected = frame.select(pl.coalesce(tries)).to_series()
+    assert FirstOf(tries, present=present).evaluate(frame).to_list() == expected.to_list()
 
 
 # --- enums and null literals -----------------------------------------------------------------------
