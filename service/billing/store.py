@@ -11,7 +11,6 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text
@@ -34,8 +33,6 @@ _TIMES = [c for c, t in BILLING_SCHEMA.items() if t == UTC_TIME]
 _NANOS = 10**9
 #: Bytes handed to the driver at a time by a COPY.
 _COPY_BLOCK = 1 << 20
-#: Rows of a text COPY formatted and handed to the server at a time (:func:`copy_text_into`).
-_COPY_ROWS = 2_000
 #: SQLite page cache of an importing connection, in KiB (``begin_import``).
 IMPORT_CACHE_KIB = 131_072
 
@@ -319,50 +316,6 @@ def insert_rejections(conn: Connection, run_id: int, source: str, refused: Seque
 
 def _cut(text: str | None, length: int) -> str | None:
     return text if text is None or len(text) <= length else text[: length - 1] + "…"
-
-
-#: What PostgreSQL's text COPY format escapes in a value (a backslash first: it starts the others).
-_TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
-
-
-def copy_text_into(conn: Connection, target: str, frame: pl.DataFrame, *, freeze: bool = False) -> None:
-    """``COPY target (frame's columns) FROM STDIN`` in PostgreSQL's *text* format: tab-separated,
-    a null ``\\N``, an empty string empty, a backslash, tab, newline or carriage return in a
-    value escaped by a backslash — no quoting. The server parses it for about a sixth less CPU
-    than the same rows as CSV (measured on a CUR month: 0.64 against 0.77 s per 100k lines, the
-    lines' JSON tags and ARNs being quoted and their quotes doubled in CSV), and Polars writes it
-    faster. Only text columns holding one of the four characters are rewritten. ``freeze``: ``COPY
-    … (FREEZE)``, for a table created or truncated in the current transaction."""
-    if frame.is_empty():
-        return
-    text = [c for c, t in frame.schema.items() if t == pl.String]
-    if text:
-        special = frame.select(pl.col(text).str.contains(r"[\\\t\n\r]").any()).row(0)
-        escaped = []
-        for column, hit in zip(text, special, strict=True):
-            if hit:
-                value = pl.col(column)
-                for plain, written in _TEXT_ESCAPES:
-                    value = value.str.replace_all(plain, written, literal=True)
-                escaped.append(value.alias(column))
-        if escaped:
-            frame = frame.with_columns(escaped)
-    names = ", ".join(f'"{c}"' for c in frame.columns)
-    driver = conn.connection.driver_connection
-    assert driver is not None, "a connection in use has its driver connection"
-    cursor = driver.cursor()
-    try:
-        with cursor.copy(f"COPY {target} ({names}) FROM STDIN{' (FREEZE)' if freeze else ''}") as copy:
-            # written :data:`_COPY_ROWS` rows at a time: the server parses and stores a piece while
-            # the next one is formatted, where a whole batch's text used to be formatted first
-            for piece in frame.iter_slices(_COPY_ROWS):
-                copy.write(piece.write_csv(include_header=False, **_TEXT_FORMAT))
-    finally:
-        cursor.close()
-
-
-#: Polars' CSV writer set to PostgreSQL's text COPY format (values escaped by copy_text_into).
-_TEXT_FORMAT: dict[str, Any] = {"separator": "\t", "quote_style": "never", "null_value": "\\N"}
 
 
 def pg_times(frame: pl.DataFrame) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pgpq
 import polars as pl
 from sqlalchemy import Connection, Select
 
@@ -68,6 +69,72 @@ def copy_csv_into(conn: Connection, target: str, frame: pl.DataFrame) -> None:
         with cursor.copy(f"COPY {target} ({names}) FROM STDIN (FORMAT csv)") as copy:
             for i in range(0, len(data), _COPY_BLOCK):
                 copy.write(data[i : i + _COPY_BLOCK])
+    finally:
+        cursor.close()
+
+
+#: Polars dtype a frame's column takes for PostgreSQL's binary COPY into a column of each type
+#: (``format_type`` without its modifier); a numeric keeps its own scale, the column's typmod
+#: rounds it as it would text.
+_BINARY_DTYPES: dict[str, pl.DataType | type[pl.DataType]] = {
+    "smallint": pl.Int16(),
+    "integer": pl.Int32(),
+    "bigint": pl.Int64(),
+    "boolean": pl.Boolean(),
+    "double precision": pl.Float64(),
+    "timestamp with time zone": pl.Datetime("us", "UTC"),
+    "numeric": pl.Decimal,
+    "character varying": pl.String(),
+    "text": pl.String(),
+}
+
+
+def copy_binary_into(conn: Connection, target: str, frame: pl.DataFrame, *, freeze: bool = False) -> None:
+    """``COPY target (frame's columns) FROM STDIN (FORMAT binary)`` on PostgreSQL, in ``conn``'s
+    transaction; ``target`` as SQL already quotes it. The frame's Arrow columns are encoded by
+    ``pgpq`` (Rust, no per-row Python): each value goes as its type's binary form — an integer,
+    a timestamp or a numeric as a few bytes the server copies, a text as its bytes — so the
+    server neither splits fields nor parses numbers and times, and nothing is escaped. A
+    1 M-line CUR month: 9.3 → 6.8 s of the server's CPU to COPY against text, and 3.1–4.4 →
+    1.8 s of ours to encode against formatting text (BENCHMARKS.md (o)). Each column is cast to
+    the dtype whose binary form its target column reads (``line_no`` Int64 → ``integer``: an
+    out-of-range value raises); a column type without one raises ``TypeError``. ``freeze``:
+    ``COPY … (FREEZE)``, for a table created or truncated in the current transaction."""
+    if frame.is_empty():
+        return
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a connection in use has its driver connection"
+    types = dict(
+        driver.execute(
+            "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
+            " WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+            (target,),
+        ).fetchall()
+    )
+    casts = []
+    for column, dtype in frame.schema.items():
+        pg_type = types.get(column)
+        wanted = _BINARY_DTYPES.get(pg_type or "")
+        if wanted is None:
+            raise TypeError(f"binary COPY into {target}: no binary form for column {column!r} ({pg_type})")
+        if wanted is pl.Decimal:
+            if not isinstance(dtype, pl.Decimal):
+                raise TypeError(f"binary COPY into {target}: column {column!r} is {dtype}, not a Decimal")
+        elif dtype != wanted:
+            casts.append(pl.col(column).cast(wanted, strict=True))
+    if casts:
+        frame = frame.with_columns(casts)
+    table = frame.to_arrow()
+    encoder = pgpq.ArrowToPostgresBinaryEncoder(table.schema)
+    names = ", ".join(f'"{c}"' for c in frame.columns)
+    options = "FORMAT binary, FREEZE" if freeze else "FORMAT binary"
+    cursor = driver.cursor()
+    try:
+        with cursor.copy(f"COPY {target} ({names}) FROM STDIN ({options})") as copy:
+            copy.write(encoder.write_header())
+            for batch in table.to_batches():
+                copy.write(encoder.write_batch(batch))
+            copy.write(encoder.finish())
     finally:
         cursor.close()
 

@@ -7,6 +7,7 @@ mapping reads (bad numbers, times, currencies, tags, product maps, types, ids, n
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from pathlib import Path
 from unittest import mock
 
@@ -180,73 +181,93 @@ _HOSTILE_TEXT = st.text(
 )
 
 
-@pytest.mark.postgres
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    values=st.lists(st.one_of(st.none(), _HOSTILE_TEXT), min_size=1, max_size=20),
-    rows_per_write=st.integers(1, 25),
+#: NUMERIC(24, 9)'s range: 15 integer digits, 9 places.
+_NUMERIC = st.decimals(
+    min_value=Decimal("-999999999999999.999999999"),
+    max_value=Decimal("999999999999999.999999999"),
+    places=9,
+    allow_nan=False,
+    allow_infinity=False,
 )
-def test_text_copy_stores_what_csv_copy_stores(
-    pg_url: str, values: list[str | None], rows_per_write: int
+#: Instants both COPY formats carry (the microsecond is timestamptz's resolution).
+_INSTANT = st.datetimes(dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31), timezones=st.just(dt.UTC))  # noqa: DTZ001
+
+
+@pytest.mark.postgres
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.one_of(st.none(), _HOSTILE_TEXT),
+            st.one_of(st.none(), _NUMERIC),
+            st.one_of(st.none(), _INSTANT),
+            st.one_of(st.none(), st.booleans()),
+            st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_binary_copy_stores_what_csv_copy_stores(
+    pg_url: str, rows: list[tuple[str | None, Decimal | None, dt.datetime | None, bool | None, int | None]]
 ) -> None:
-    """The unit table's COPY (text format) stores every value exactly as the CSV COPY did: nulls
-    and empty strings apart, backslashes, tabs, newlines, quotes and ``\\N`` as written — however
-    many rows it writes at a time."""
+    """The unit table's COPY (binary format, pgpq) stores every value exactly as the CSV COPY of
+    its text does: nulls and empty strings apart, backslashes, tabs, newlines, quotes and ``\\N``
+    as written, numerics to the last place and sign, instants to the microsecond, an Int64 into
+    an ``integer`` column."""
     from service.db import make_engine
 
     engine = make_engine(pg_url)
-    n = len(values)
+    texts, numbers, instants, flags, counts = (list(c) for c in zip(*rows, strict=True))
     frame = pl.DataFrame(
         {
-            "t": pl.Series(values, dtype=pl.String),
-            "q": pl.Series([None if v is None else f"{v}" for v in reversed(values)], dtype=pl.String),
-            "n": pl.Series([None if i % 3 == 0 else f"{i}.5" for i in range(n)], dtype=pl.Decimal(24, 9)),
-            "b": pl.Series([i % 2 == 0 for i in range(n)], dtype=pl.Boolean),
-            "i": pl.Series(range(n), dtype=pl.Int64),
+            "t": pl.Series(texts, dtype=pl.String),
+            "n": pl.Series(numbers, dtype=pl.Decimal(38, 9)),
+            "at": pl.Series(instants, dtype=pl.Datetime("us", "UTC")),
+            "b": pl.Series(flags, dtype=pl.Boolean),
+            "c": pl.Series(counts, dtype=pl.Int64),  # BILLING_SCHEMA's line_no: Int64 into integer
+            "i": pl.Series(range(len(rows)), dtype=pl.Int64),
         }
     )
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql(
-                "CREATE TEMP TABLE copy_csv (t text, q text, n numeric(24, 9), b boolean, i bigint)"
-                " ON COMMIT DROP"
+                "CREATE TEMP TABLE copy_csv (t varchar(40), n numeric(24, 9), at timestamptz, b boolean,"
+                " c integer, i bigint) ON COMMIT DROP"
             )
-            conn.exec_driver_sql("CREATE TEMP TABLE copy_text (LIKE copy_csv) ON COMMIT DROP")
-            bulk.copy_csv_into(conn, "copy_csv", frame)
-            with mock.patch.object(store, "_COPY_ROWS", rows_per_write):
-                store.copy_text_into(conn, "copy_text", frame)
-            by_csv = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_csv ORDER BY i").all()
-            by_text = conn.exec_driver_sql("SELECT t, q, n, b, i FROM copy_text ORDER BY i").all()
+            conn.exec_driver_sql("CREATE TEMP TABLE copy_binary (LIKE copy_csv) ON COMMIT DROP")
+            bulk.copy_csv_into(conn, "copy_csv", frame.with_columns(bulk.pg_time("at")))
+            bulk.copy_binary_into(conn, "copy_binary", frame)
+            query = "SELECT t, n, n::text, at, b, c, i FROM {} ORDER BY i"
+            by_csv = conn.exec_driver_sql(query.format("copy_csv")).all()
+            by_binary = conn.exec_driver_sql(query.format("copy_binary")).all()
     finally:
         engine.dispose()
-    assert by_text == by_csv
-    assert [r[0] for r in by_text] == values
+    assert by_binary == by_csv
+    assert [r[0] for r in by_binary] == texts
+    assert [r[1] for r in by_binary] == numbers
+    assert [r[3] for r in by_binary] == instants
 
 
 @pytest.mark.postgres
-def test_text_copy_hands_the_server_whole_rows_a_few_at_a_time(pg_url: str) -> None:
-    """The COPY's text goes to the server :data:`store._COPY_ROWS` rows at a time, each piece
-    written as it is formatted (the server stores one while the next is made), whole rows each."""
-    import psycopg
-
+def test_binary_copy_refuses_what_it_cannot_store_exactly(pg_url: str) -> None:
+    """A column type without a binary form here, a float where a numeric goes and an integer
+    beyond the column's range are errors — nothing is stored — never a value silently changed."""
     from service.db import make_engine
 
     engine = make_engine(pg_url)
-    frame = pl.DataFrame({"t": ["a", "b\tc", None, "d", "e"], "i": [1, 2, 3, 4, 5]})
-    pieces: list[bytes] = []
-    write = psycopg.Copy.write
-
-    def spy(self: psycopg.Copy, data: bytes | str) -> None:
-        pieces.append(bytes(data, "utf-8") if isinstance(data, str) else bytes(data))
-        write(self, data)
-
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("CREATE TEMP TABLE copy_pieces (t text, i bigint) ON COMMIT DROP")
-            with mock.patch.object(store, "_COPY_ROWS", 2), mock.patch.object(psycopg.Copy, "write", spy):
-                store.copy_text_into(conn, "copy_pieces", frame)
-            stored = conn.exec_driver_sql("SELECT t, i FROM copy_pieces ORDER BY i").all()
+            conn.exec_driver_sql(
+                "CREATE TEMP TABLE copy_odd (d date, n numeric(24, 9), c integer) ON COMMIT DROP"
+            )
+            day = pl.DataFrame({"d": [dt.date(2025, 9, 1)]})
+            with pytest.raises(TypeError, match=r"no binary form for column 'd' \(date\)"):
+                bulk.copy_binary_into(conn, "copy_odd", day)
+            with pytest.raises(TypeError, match=r"column 'n' is Float64, not a Decimal"):
+                bulk.copy_binary_into(conn, "copy_odd", pl.DataFrame({"n": [0.1]}))
+            with pytest.raises(pl.exceptions.InvalidOperationError):
+                bulk.copy_binary_into(conn, "copy_odd", pl.DataFrame({"c": [2**31]}))
+            assert conn.exec_driver_sql("SELECT count(*) FROM copy_odd").scalar_one() == 0
     finally:
         engine.dispose()
-    assert pieces == [b"a\t1\nb\\tc\t2\n", b"\\N\t3\nd\t4\n", b"e\t5\n"]
-    assert [tuple(r) for r in stored] == [("a", 1), ("b\tc", 2), (None, 3), ("d", 4), ("e", 5)]
