@@ -253,9 +253,8 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
       refused amounts beyond 2⁶³−1 nanos); datetimes as the naive-UTC text SQLAlchemy's
       ``DateTime`` writes (``2025-09-01 00:00:00.000000``), so stored bytes are the same as an
       ORM insert's; one ``executemany`` of tuples.
-    * PostgreSQL: ``COPY … FROM STDIN`` of CSV written by Polars: money as its exact decimal text
-      (NUMERIC(24, 9) keeps it as is), datetimes as UTC text with ``+00`` into ``timestamptz``, a
-      null as an unquoted empty field and an empty string as ``""``.
+    * PostgreSQL: ``COPY … FROM STDIN`` in the binary format (:func:`bulk.copy_binary_into`, as a
+      period's unit tables are filled): money as its exact decimal, datetimes as their instants.
 
     Other databases go through SQLAlchemy's ``insert`` (the column types bind).
     """
@@ -270,7 +269,7 @@ def insert_lines(conn: Connection, source: str, lines: pl.DataFrame) -> int:
         )
         bulk.insert_tuples(conn, "billing_line", frame)
     elif dialect == "postgresql":
-        bulk.copy_csv(conn, "billing_line", pg_times(frame))
+        bulk.copy_binary_into(conn, '"billing_line"', frame)
     else:
         conn.execute(insert(_LINES), frame.to_dicts())
     return frame.height
@@ -316,16 +315,3 @@ def insert_rejections(conn: Connection, run_id: int, source: str, refused: Seque
 
 def _cut(text: str | None, length: int) -> str | None:
     return text if text is None or len(text) <= length else text[: length - 1] + "…"
-
-
-def pg_times(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its times as ``timestamptz`` input text, formatted once per distinct instant
-    (a bill's lines share a few hundred hours; formatting every row was a tenth of the import's CPU)."""
-    for column in _TIMES:
-        distinct = frame.select(pl.col(column).unique()).with_columns(bulk.pg_time(column).alias("_text"))
-        frame = (
-            frame.join(distinct, on=column, how="left", nulls_equal=True, maintain_order="left")
-            .with_columns(pl.col("_text").alias(column))
-            .drop("_text")
-        )
-    return frame

@@ -23,7 +23,6 @@ from polars.testing import assert_frame_equal
 from connectors import aws_cur
 from connectors.aws_cur import AwsCurConfig, AwsCurConnector
 from connectors.billing import BillingBatch, BillingFileError
-from service.billing import store
 from service.ledger import bulk
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "aws"
@@ -147,31 +146,6 @@ def test_hostile_bills_map_exactly_as_before(
     # every record is accounted for: read = accepted + refused
     batches = [b for b in fast if isinstance(b, BillingBatch)]
     assert sum(b.read for b in batches) == sum(b.lines.height + len(b.refused) for b in batches)
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    instants=st.lists(
-        st.one_of(
-            st.none(),
-            st.datetimes(
-                min_value=dt.datetime(2000, 1, 1),  # noqa: DTZ001 - hypothesis takes naive bounds
-                max_value=dt.datetime(2099, 12, 31),  # noqa: DTZ001
-                timezones=st.just(dt.UTC),
-            ),
-        ),
-        min_size=1,
-        max_size=30,
-    )
-)
-def test_copy_times_are_formatted_as_before(instants: list[dt.datetime | None]) -> None:
-    """The COPY text of times, formatted once per distinct instant, is each row's own."""
-    times = pl.Series(instants, dtype=pl.Datetime("us", "UTC"))
-    frame = pl.DataFrame(
-        {"charge_start": times, "line_no": range(len(instants)), "charge_end": times.reverse()}
-    )
-    expected = frame.with_columns(bulk.pg_time(c) for c in ("charge_start", "charge_end"))
-    assert_frame_equal(store.pg_times(frame), expected)
 
 
 #: Text a value may hold that either COPY format must escape or quote.
