@@ -5,6 +5,9 @@ bulk read back: :func:`copy_out_frame`).
   connection (so inside the caller's transaction): a null is an unquoted empty field, an empty
   string ``""``; floats in their shortest round-trip text, which ``float8`` reads back to the same
   double; booleans ``true``/``false``.
+* PostgreSQL, binary (:func:`copy_binary_into`): ``COPY … (FORMAT binary)`` of the frame's Arrow
+  columns encoded by ``pgpq`` — the billing lines, where the server's text parsing was most of a
+  COPY's cost.
 * SQLite: one ``INSERT … VALUES (?, …)`` executed over the rows as tuples (one ``executemany``
   fed lazily, so a batch's Python tuples are never all alive at once).
 
@@ -77,11 +80,9 @@ def copy_csv_into(conn: Connection, target: str, frame: pl.DataFrame) -> None:
 #: (``format_type`` without its modifier); a numeric keeps its own scale, the column's typmod
 #: rounds it as it would text.
 _BINARY_DTYPES: dict[str, pl.DataType | type[pl.DataType]] = {
-    "smallint": pl.Int16(),
     "integer": pl.Int32(),
     "bigint": pl.Int64(),
     "boolean": pl.Boolean(),
-    "double precision": pl.Float64(),
     "timestamp with time zone": pl.Datetime("us", "UTC"),
     "numeric": pl.Decimal,
     "character varying": pl.String(),
@@ -114,7 +115,9 @@ def copy_binary_into(conn: Connection, target: str, frame: pl.DataFrame, *, free
     casts = []
     for column, dtype in frame.schema.items():
         pg_type = types.get(column)
-        wanted = _BINARY_DTYPES.get(pg_type or "")
+        if pg_type is None:
+            raise TypeError(f"binary COPY into {target}: it has no column {column!r}")
+        wanted = _BINARY_DTYPES.get(pg_type)
         if wanted is None:
             raise TypeError(f"binary COPY into {target}: no binary form for column {column!r} ({pg_type})")
         if wanted is pl.Decimal:

@@ -225,8 +225,9 @@ def test_binary_copy_stores_what_csv_copy_stores(
 
 @pytest.mark.postgres
 def test_binary_copy_refuses_what_it_cannot_store_exactly(pg_url: str) -> None:
-    """A column type without a binary form here, a float where a numeric goes and an integer
-    beyond the column's range are errors — nothing is stored — never a value silently changed."""
+    """A column type without a binary form here, a column the table lacks, a float where a numeric
+    goes and an integer beyond the column's range are errors — nothing is stored —, never a value
+    silently changed."""
     from service.db import make_engine
 
     engine = make_engine(pg_url)
@@ -238,6 +239,8 @@ def test_binary_copy_refuses_what_it_cannot_store_exactly(pg_url: str) -> None:
             day = pl.DataFrame({"d": [dt.date(2025, 9, 1)]})
             with pytest.raises(TypeError, match=r"no binary form for column 'd' \(date\)"):
                 bulk.copy_binary_into(conn, "copy_odd", day)
+            with pytest.raises(TypeError, match=r"it has no column 'x'"):
+                bulk.copy_binary_into(conn, "copy_odd", pl.DataFrame({"x": [1]}))
             with pytest.raises(TypeError, match=r"column 'n' is Float64, not a Decimal"):
                 bulk.copy_binary_into(conn, "copy_odd", pl.DataFrame({"n": [0.1]}))
             with pytest.raises(pl.exceptions.InvalidOperationError):
