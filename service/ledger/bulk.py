@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pgpq
 import polars as pl
 from sqlalchemy import Connection, Select
 
@@ -103,6 +102,8 @@ def copy_binary_into(conn: Connection, target: str, frame: pl.DataFrame, *, free
     ``COPY … (FREEZE)``, for a table created or truncated in the current transaction."""
     if frame.is_empty():
         return
+    import pgpq  # here: pgpq and pyarrow (~50 MB) load only in a process that imports billing lines
+
     driver = conn.connection.driver_connection
     assert driver is not None, "a connection in use has its driver connection"
     types = dict(

@@ -70,7 +70,7 @@ def test_agent_imports_stay_small() -> None:
         "import sys\n"
         "import service.cli, service.agent.run, connectors.nvml, service.agent.exporter\n"
         "heavy = {'polars', 'numpy', 'sqlalchemy', 'sqlmodel', 'pydantic_settings', 'strawberry',"
-        " 'starlette'}\n"
+        " 'starlette', 'pyarrow', 'pgpq'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -36,6 +36,7 @@ NOT_IN_AGENT = {
     "structlog", "asyncio", "httpx", "httpcore", "anyio", "prometheus_client", "typer", "click",
     "rich", "pygments",
     "grpc", "google", "kubernetes", "urllib3", "yaml",  # the `k8s` extra: loaded only when configured
+    "pyarrow", "pgpq",  # billing's binary COPY (service/ledger/bulk.py)
 }  # fmt: skip
 
 
