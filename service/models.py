@@ -663,10 +663,37 @@ class AlertEvent(SQLModel, table=True):
     unit: str = Field(default="", max_length=10)
     threshold: Decimal | None = Field(default=None, sa_type=Quantity, nullable=True)
     message: str = Field(sa_column=Column(Text, nullable=False))
+    since: dt.datetime = Field(
+        sa_type=UTCDateTime, nullable=False, description="the state began (before ``at`` when announced late)"
+    )
     notify: bool = Field(description="sent to the rule's channels (false: held back by min_interval)")
     deliveries: str = Field(
-        default="", sa_column=Column(Text, nullable=False), description="channel: SENT | FAILED (why), …"
+        default="",
+        sa_column=Column(Text, nullable=False),
+        description="per channel: SENT | PENDING | RETRYING … | FAILED (why) | DROPPED, from alert_delivery",
     )
+
+
+class AlertDelivery(SQLModel, table=True):
+    """The outbox: one row per announcement (``alert_event``) and channel, written in the
+    evaluation's transaction and sent after it commits; a failed send is retried at later
+    evaluations, in order per channel, until it is sent or too old (service/alerts/outbox.py)."""
+
+    __tablename__ = "alert_delivery"
+    __table_args__ = (Index("ix_alert_delivery_status_channel", "status", "channel", "event_id"),)
+
+    event_id: int = Field(
+        foreign_key="alert_event.id", primary_key=True, sa_column_kwargs={"autoincrement": False}
+    )
+    channel: str = Field(primary_key=True, max_length=100, description="the [[alert_channels]] name")
+    position: int = Field(default=0, description="the channel's place in the rule's list (the text's order)")
+    status: str = Field(max_length=10, description="PENDING | SENT | FAILED (gave up) | DROPPED")
+    attempts: int = Field(default=0, description="sends tried (each one with the channel's own retries)")
+    next_attempt_at: dt.datetime = Field(
+        sa_type=UTCDateTime, nullable=False, description="PENDING: due from then (also a claim's lease)"
+    )
+    last_error: str = Field(default="", sa_column=Column(Text, nullable=False))
+    sent_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, nullable=True)
 
 
 class AlertEvaluation(SQLModel, table=True):

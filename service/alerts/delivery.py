@@ -1,9 +1,10 @@
 """Announcements to channels: the generic JSON document, the Slack message, the e-mail.
 
-A failed delivery is recorded on the history row (``deliveries``), logged without the URL, and
-never raised into the ingest that triggered the evaluation. Within one evaluation a channel that
-failed (after its retries) is not tried again, and delivery stops after :data:`BUDGET_S`
-seconds: a receiver that is down must not hold up the connector's next run for long.
+A failed send is returned as such (the outbox retries it at a later evaluation and shows it on the
+history row), logged without the URL, and never raised into the ingest that triggered the
+evaluation. Within one evaluation a channel that failed (after its own quick retries) is not tried
+again, and sending stops after :data:`BUDGET_S` seconds: a receiver that is down must not hold up
+the connector's next run for long. What was not tried stays in the outbox.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from service.alerts.outbox import Outcome, Send
 from service.alerts.rules import AlertChannel, EmailChannel
 from service.alerts.store import FIRING, Announcement
 from service.logging import get_logger
@@ -74,48 +76,42 @@ def email_text(a: Announcement) -> str:
 
 
 def deliver(
-    announcements: Sequence[Announcement],
-    channels_of: Mapping[str, Sequence[AlertChannel]],
+    sends: Sequence[Send],
+    channels: Mapping[str, AlertChannel],
     smtp: SmtpSettings | None,
     *,
     post: Callable[..., object] = post_json,
     mail: Callable[..., None] = send_email,
     clock: Callable[[], float] = time.monotonic,
-) -> list[tuple[int, str]]:
-    """Send each announcement to its rule's channels; ``(event id, "channel: SENT | FAILED (why), …")``."""
+) -> list[Outcome]:
+    """Send each claimed row (service/alerts/outbox.py) to its channel, in order; how each went."""
     deadline = clock() + BUDGET_S
     down: dict[str, str] = {}
     outcomes = []
-    for a in announcements:
-        results = []
-        for channel in channels_of.get(a.rule, ()):
-            if channel.name in down:
-                results.append(f"{channel.name}: FAILED ({down[channel.name]}; not retried this evaluation)")
-                continue
-            if clock() > deadline:
-                results.append(f"{channel.name}: FAILED (delivery time budget of {BUDGET_S:g} s spent)")
-                continue
-            try:
-                if isinstance(channel, EmailChannel):
-                    if smtp is None:  # refused by the config check; kept for a config built in code
-                        raise NotifyError("no [smtp] table")
-                    mail(smtp, list(channel.to), headline(a), email_text(a))
-                else:
-                    doc = slack_message(a) if channel.type == "slack" else document(a)
-                    post(
-                        channel.url.get_secret_value(),
-                        doc,
-                        timeout_s=channel.timeout_s,
-                        retries=channel.retries,
-                    )
-            except NotifyError as exc:
-                down[channel.name] = str(exc)
-                results.append(f"{channel.name}: FAILED ({exc})")
-                target = (
-                    "" if isinstance(channel, EmailChannel) else safe_target(channel.url.get_secret_value())
-                )
-                log.warning("alert delivery failed", channel=channel.name, target=target, error=str(exc))
+    for send in sends:
+        a, name = send.announcement, send.channel
+        if name in down:
+            outcomes.append(Outcome(a.event_id, name, sent=False, tried=False, error=down[name]))
+            continue
+        if clock() > deadline:
+            outcomes.append(Outcome(a.event_id, name, sent=False, tried=False))
+            continue
+        channel = channels[name]
+        try:
+            if isinstance(channel, EmailChannel):
+                if smtp is None:  # refused by the config check; kept for a config built in code
+                    raise NotifyError("no [smtp] table")
+                mail(smtp, list(channel.to), headline(a), email_text(a))
             else:
-                results.append(f"{channel.name}: SENT")
-        outcomes.append((a.event_id, ", ".join(results)))
+                doc = slack_message(a) if channel.type == "slack" else document(a)
+                post(
+                    channel.url.get_secret_value(), doc, timeout_s=channel.timeout_s, retries=channel.retries
+                )
+        except NotifyError as exc:
+            down[name] = str(exc)
+            outcomes.append(Outcome(a.event_id, name, sent=False, error=str(exc)))
+            target = "" if isinstance(channel, EmailChannel) else safe_target(channel.url.get_secret_value())
+            log.warning("alert delivery failed", channel=name, target=target, error=str(exc))
+        else:
+            outcomes.append(Outcome(a.event_id, name, sent=True))
     return outcomes

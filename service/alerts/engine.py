@@ -1,8 +1,9 @@
-"""One evaluation of every alert rule: conditions → state (one transaction) → delivery.
+"""One evaluation of every alert rule: conditions → state and outbox (one transaction) → delivery.
 
 Run after each ingest by the scheduler (:meth:`AlertEngine.after_run`); it never raises into the
 ingest: a rule whose figures cannot be computed (an FX rate missing) is skipped with its error
-(its alerts keep their state), a failed delivery is recorded on its history row.
+(its alerts keep their state); a failed send stays in the outbox (service/alerts/outbox.py) and is
+retried by a later evaluation, its state shown on the history row.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
-from service.alerts import store
+from service.alerts import outbox, store
 from service.alerts.conditions import Finding, find
 from service.alerts.delivery import deliver
 from service.alerts.rules import AlertChannel, AlertRule
@@ -55,7 +56,7 @@ class Evaluation:
     at: dt.datetime
     findings: dict[str, list[Finding]] = field(default_factory=dict)
     announced: list[store.Announcement] = field(default_factory=list)
-    deliveries: list[tuple[int, str]] = field(default_factory=list)
+    deliveries: list[outbox.Outcome] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -74,10 +75,8 @@ class AlertEngine:
     ) -> None:
         self.engine, self.config, self.clock = engine, config, clock
         self.post, self.mail = post, mail
-        by_name = {c.name: c for c in config.channels}
-        self.channels_of: dict[str, Sequence[AlertChannel]] = {
-            r.name: [by_name[c] for c in r.channels] for r in config.rules
-        }
+        self.channels: dict[str, AlertChannel] = {c.name: c for c in config.channels}
+        self.channels_of: dict[str, Sequence[str]] = {r.name: tuple(r.channels) for r in config.rules}
         self.infos = [
             store.RuleInfo(r.name, r.kind, dt.timedelta(hours=r.min_interval_h))
             for r in config.rules
@@ -85,7 +84,8 @@ class AlertEngine:
         ]
 
     def evaluate(self, now: dt.datetime | None = None) -> Evaluation:
-        """Evaluate every enabled rule at ``now`` (default: the clock), then deliver what is new."""
+        """Evaluate every enabled rule at ``now`` (default: the clock), then send what is due: this
+        evaluation's announcements and the earlier ones still in the outbox."""
         result = Evaluation(at=now or self.clock())
         with self.engine.begin() as conn:
             store.take_turn(conn, result.at)  # first: evaluators of other processes wait here
@@ -98,13 +98,15 @@ class AlertEngine:
                     result.errors[rule.name] = str(exc)
                     log.warning("alert rule not evaluated", rule=rule.name, error=str(exc))
             result.announced = store.apply(conn, self.infos, result.findings, result.at)
+            outbox.enqueue(conn, result.announced, self.channels_of, result.at)
+            sends = outbox.claim(conn, result.at, self.channels)  # this and earlier evaluations' due sends
             ledger_version.bump(conn)  # last: the `alerts` answer changed
-        if result.announced:
+        if sends:
             result.deliveries = deliver(
-                result.announced, self.channels_of, self.config.smtp, post=self.post, mail=self.mail
+                sends, self.channels, self.config.smtp, post=self.post, mail=self.mail
             )
             with self.engine.begin() as conn:
-                store.record_deliveries(conn, result.deliveries)
+                outbox.settle(conn, result.deliveries, result.at)
                 ledger_version.bump(conn)
         return result
 

@@ -24,7 +24,7 @@ send a thousand e-mails at once).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -101,6 +101,7 @@ def _event(
             "unit",
             "threshold",
             "message",
+            "since",
         )
     }
     result = conn.execute(
@@ -217,12 +218,6 @@ def _save(conn: Connection, state: Mapping[str, object], *, exists: bool) -> Non
         )
     else:
         conn.execute(_STATE.insert().values(**state))
-
-
-def record_deliveries(conn: Connection, outcomes: Iterable[tuple[int, str]]) -> None:
-    """Write each announcement's delivery outcome (``channel: SENT | FAILED (why)``, …) on its event."""
-    for event_id, text in outcomes:
-        conn.execute(update(_EVENT).where(_EVENT.c.id == event_id).values(deliveries=text[:4000]))
 
 
 def firing(conn: Connection) -> list[tuple[str, str, str]]:

@@ -74,7 +74,10 @@ class AlertEvent:
     message: str = strawberry.field(description="What held, in a sentence.")
     notified: bool = strawberry.field(description="Sent to the rule's channels.")
     deliveries: str = strawberry.field(
-        description="Per channel: SENT or FAILED (why), comma-separated; empty when not sent."
+        description=(
+            "Per channel, in the rule's order, comma-separated: SENT, PENDING, RETRYING after TIME (why; "
+            "attempts), FAILED (why; gave up) or DROPPED (why); empty when not announced."
+        )
     )
     cursor: str = strawberry.field(description=CURSOR)
 

@@ -44,7 +44,7 @@ def _rows() -> list[Any]:
         rows.append(
             AlertState(**common, state="FIRING", since=T, first_fired_at=T, last_true_at=T, notified=True)
         )
-        rows.append(AlertEvent(**common, state="FIRING", at=T, notify=True, deliveries="hook: SENT"))
+        rows.append(AlertEvent(**common, state="FIRING", at=T, since=T, notify=True, deliveries="hook: SENT"))
     return rows
 
 

@@ -1,15 +1,16 @@
 """Delivery failures are recorded, never raised into the ingest, never logged with the URL; a
-channel that is down is not retried within one evaluation; evaluators of several threads (or
-processes) take turns, so one alert is announced once."""
+channel that is down is not retried within one evaluation but at later ones, after its back-off;
+evaluators of several threads (or processes) take turns, so one alert is announced once."""
 
 from __future__ import annotations
 
-import threading
+import datetime as dt
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from alerts.helpers import at_once, silent
 from ledger_rows import at
 from notify.smtpserver import free_port, smtp_server
 from receiver import http_receiver
@@ -18,17 +19,11 @@ from sqlalchemy import Engine, func, select
 from service.alerts.engine import AlertConfig, AlertEngine
 from service.alerts.rules import parse_alert_tables
 from service.db import make_engine
-from service.models import AlertEvent, ConnectorState
+from service.models import AlertEvent
 from service.notify.email import SmtpSettings
 
 Put = Callable[[Iterable[Any]], None]
 SECRET = "/hook/t0p-s3cret"
-
-
-def _silent(put: Put, *names: str) -> None:
-    put(
-        [ConnectorState(name=n, type="x", status="OK", last_success_at=at(0), watermark=at(0)) for n in names]
-    )
 
 
 def _events(engine: Engine) -> list[tuple[str, str, str]]:
@@ -37,13 +32,13 @@ def _events(engine: Engine) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in conn.execute(stmt)]  # type: ignore[misc]
 
 
-def test_a_dead_webhook_is_recorded_and_skipped_mail_still_goes(
+def test_a_dead_webhook_is_recorded_and_skipped_mail_still_goes_then_retried(
     engine: Engine, put: Put, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _silent(put, "dc1", "dc2")
+    silent(put, "dc1", "dc2")
     with http_receiver() as hooks, smtp_server(tmp_path) as mail:
         dead = f"http://127.0.0.1:{free_port()}{SECRET}"  # nothing listens there
-        hooks.script = [500] * 10
+        hooks.script = [500] * 2
         rules, channels = parse_alert_tables(
             "test",
             [
@@ -66,15 +61,32 @@ def test_a_dead_webhook_is_recorded_and_skipped_mail_still_goes(
         alerts.after_run(at(2))  # must not raise
         assert hooks.attempts == 2  # flaky: first announcement only (1 + 1 retry), then skipped
         assert len(mail.received) == 2
-    refused = "ConnectError (after 1 attempt(s))"
-    flaky = f"webhook {hooks.base}/…: HTTP 500 (after 2 attempt(s))"
-    base = dead.removesuffix(SECRET)
+        refused = "ConnectError (after 1 attempt(s))"
+        flaky = f"webhook {hooks.base}/…: HTTP 500 (after 2 attempt(s))"
+        base = dead.removesuffix(SECRET)
+        retry = "RETRYING after 2025-01-06T02:05:00Z"  # the first back-off
+        assert _events(engine) == [
+            ("dc1", "FIRING", f"dead: {retry} (webhook {base}/…: {refused}; 1 attempt(s)), "
+             f"flaky: {retry} ({flaky}; 1 attempt(s)), mail: SENT"),
+            ("dc2", "FIRING", f"dead: {retry} (webhook {base}/…: {refused}; 0 attempt(s)), "
+             f"flaky: {retry} ({flaky}; 0 attempt(s)), mail: SENT"),
+        ]  # fmt: skip
+
+        alerts.after_run(at(2) + dt.timedelta(minutes=4))  # backing off: nothing is tried
+        assert hooks.attempts == 2
+
+        alerts.after_run(at(2) + dt.timedelta(minutes=6))  # the receiver is back: both go, in order
+        assert hooks.attempts == 4
+        assert [b["text"].split("\n")[0] for b in hooks.bodies(SECRET)] == [
+            ":red_circle: [FIRING] silent: dc1",
+            ":red_circle: [FIRING] silent: dc2",
+        ]
+        assert len(mail.received) == 2  # what was sent is not sent again
+    sent = "flaky: SENT, mail: SENT"
+    retry = "RETRYING after 2025-01-06T02:16:00Z"  # the second back-off: 10 minutes from the second try
     assert _events(engine) == [
-        ("dc1", "FIRING", f"dead: FAILED (webhook {base}/…: {refused}), "
-         f"flaky: FAILED ({flaky}), mail: SENT"),
-        ("dc2", "FIRING", f"dead: FAILED (webhook {base}/…: {refused}; not retried this evaluation), "
-         f"flaky: FAILED ({flaky}; not retried this evaluation), "
-         "mail: SENT"),
+        ("dc1", "FIRING", f"dead: {retry} (webhook {base}/…: {refused}; 2 attempt(s)), {sent}"),
+        ("dc2", "FIRING", f"dead: {retry} (webhook {base}/…: {refused}; 0 attempt(s)), {sent}"),
     ]  # fmt: skip
     out = capsys.readouterr()
     assert "alert delivery failed" in out.out + out.err
@@ -96,28 +108,12 @@ def test_a_broken_database_is_logged_not_raised(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.parametrize("threads", [4])
 def test_evaluators_take_turns(engine: Engine, put: Put, threads: int) -> None:
-    _silent(put, "dc1")
+    silent(put, "dc1")
     rules, _ = parse_alert_tables(
         "test", [{"name": "s", "kind": "connector_silent", "hours": 1}], [], has_smtp=False
     )
     config = AlertConfig(tuple(rules))
-    barrier = threading.Barrier(threads)
-    announced: list[int] = []
-    errors: list[BaseException] = []
-
-    def evaluate() -> None:
-        try:
-            barrier.wait()
-            announced.append(len(AlertEngine(engine, config).evaluate(at(2)).announced))
-        except BaseException as exc:  # noqa: BLE001  (reported below)
-            errors.append(exc)
-
-    workers = [threading.Thread(target=evaluate) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(60)
-    assert errors == []
+    announced = at_once(threads, lambda: len(AlertEngine(engine, config).evaluate(at(2)).announced))
     assert sorted(announced) == [0] * (threads - 1) + [1]
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(AlertEvent)).scalar_one() == 1
