@@ -42,7 +42,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from connectors.attribution import pod_facts, pod_uid_key
-from connectors.sdk import ConfigurationError, ConnectorConfig, RetriableError, WorkloadInfo
+from connectors.sdk import (
+    ConfigurationError,
+    ConnectorConfig,
+    FactsConnectorConfig,
+    RetriableError,
+    WorkloadInfo,
+)
 from connectors.sdk.facts import FactsBatch
 
 if TYPE_CHECKING:
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class KubernetesFactsConfig(ConnectorConfig):
+class KubernetesFactsConfig(FactsConnectorConfig):
     """``[[connectors]] type = "kubernetes"``. ``api``: ``"in-cluster"`` (the service's pod's
     service account: get/list/watch on pods, namespaces and nodes) or a kubeconfig file's path.
     ``sync_timeout_s``: how long a run waits for the first lists before it is retried.

@@ -52,6 +52,7 @@ from connectors.sdk import (
     ConfigurationError,
     ConnectorConfig,
     ConnectorError,
+    FactsConnectorConfig,
     FatalSourceError,
     RefusedRow,
     RetriableError,
@@ -114,7 +115,7 @@ _NO_TIME = ("Unknown", "None", "")
 _CONTROL = r"[\x00-\x1f\x7f\ufffd]"
 
 
-class SlurmConfig(ConnectorConfig):
+class SlurmConfig(FactsConnectorConfig):
     """``[[connectors]] type = "slurm"``: where the accounting records come from.
 
     ``path``: a recorded ``sacct --parsable2`` file (read each run). Without it the connector runs
@@ -123,6 +124,8 @@ class SlurmConfig(ConnectorConfig):
     (or a saved slurmrestd ``/slurmdb/v0.0.4x/jobs`` answer) instead; with ``url`` it asks
     slurmrestd itself (``api_version``, ``user_name``, ``token``: its JWT). ``fields``: the columns of a
     file without a header line, in order. ``time_zone``: the zone of times written without an offset.
+    ``describes``: the metrics sources of this cluster, where several clusters feed one ledger
+    (:class:`~connectors.sdk.config.FactsConnectorConfig`).
     """
 
     type: Literal["slurm"] = "slurm"

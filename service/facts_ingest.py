@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 
 from connectors.sdk import ConnectorStatus
 from connectors.sdk.facts import WorkloadFactsSource
-from service.attribution.ledger import save_workload_facts
+from service.attribution.ledger import save_fact_scope, save_workload_facts
 from service.attribution.reattribute import reattribute
 from service.attribution.rules import AttributionRule
 from service.dbtypes import table_of
@@ -72,6 +72,8 @@ def ingest_facts(
         batch = connector.facts(start, end)
         workloads = {w.workload_key: w for w in batch.workloads}
         with engine.begin() as conn:
+            describes = getattr(getattr(connector, "config", None), "describes", None)
+            save_fact_scope(conn, name, describes, clock())  # before the facts: they are read by it
             kept = save_workload_facts(conn, name, workloads, list(workloads), clock())
             if batch.refused:
                 conn.execute(

@@ -449,6 +449,18 @@ class WorkloadFact(SQLModel, table=True):
     updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
 
 
+class FactScope(SQLModel, table=True):
+    """Which metrics sources a facts connector's ``workload_fact`` rows describe: its ``describes``
+    key as its last run had it (null, or no row: every source). Two clusters' schedulers that number
+    jobs alike each describe their own cluster's sources (service/attribution/shared_facts.py)."""
+
+    __tablename__ = "fact_scope"
+
+    source: str = Field(primary_key=True, max_length=100, description="the facts connector")
+    describes: list[str] | None = Field(default=None, sa_type=JSON, nullable=True)
+    updated_at: dt.datetime = Field(sa_type=UTCDateTime, nullable=False)
+
+
 class WorkloadFactDay(SQLModel, table=True):
     """What a source said about a workload for one UTC day its ledger rows cover, so that
     ``gpu-ledger reattribute`` re-decides a day with the facts of that day, not with a later day's

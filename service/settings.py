@@ -401,6 +401,14 @@ def _validate_connectors(
             raise ConfigError(f'{label}: duplicate connector name "{config.name}"')
         seen.add(config.name)
         configs.append(config)
+    for i, config in enumerate(configs):
+        for named in getattr(config, "describes", None) or ():
+            if named not in seen or named == config.name:
+                label = f"{where}: {_label('connectors', i, tables[i])}"
+                known = ", ".join(sorted(seen - {config.name})) or "none"
+                raise ConfigError(
+                    f'{label}: key "describes": no other connector is named "{named}" (configured: {known})'
+                )
     return configs
 
 

@@ -181,3 +181,25 @@ def test_mask_url() -> None:
 def test_api_settings() -> None:
     api = Settings(max_window_days=9).api_settings()
     assert (api.max_window_days, api.page_size_max, api.idle_threshold_pct) == (9, 500, 5.0)
+
+
+def test_describes_names_other_configured_connectors(tmp_path: Path) -> None:
+    from connectors.registry import default_registry
+
+    def slurm(describes: str) -> str:
+        return (
+            '[[connectors]]\nname = "nodes-a"\ntype = "synthetic"\n'
+            f'[[connectors]]\nname = "slurm-a"\ntype = "slurm"\npath = "sacct.txt"\ndescribes = {describes}\n'
+        )
+
+    ok = load_settings(_write(tmp_path, slurm('["nodes-a"]')), registry=default_registry())
+    assert ok.connector("slurm-a").describes == ("nodes-a",)  # type: ignore[attr-defined]
+    for bad, named in (('["nodes-b"]', "nodes-b"), ('["slurm-a"]', "slurm-a")):
+        with pytest.raises(ConfigError) as caught:
+            load_settings(_write(tmp_path, slurm(bad)), registry=default_registry())
+        assert str(caught.value).endswith(
+            f'[[connectors]] #2 name="slurm-a": key "describes": no other connector is named "{named}" '
+            "(configured: nodes-a)"
+        )
+    with pytest.raises(ConfigError, match='key "describes"'):
+        load_settings(_write(tmp_path, slurm("[]")), registry=default_registry())

@@ -71,13 +71,14 @@ if TYPE_CHECKING:  # the lazy names below, typed for mypy and editors
         empty_lines,
         merge_findings,
     )
-    from connectors.sdk.config import ConnectorConfig
+    from connectors.sdk.config import ConnectorConfig, FactsConnectorConfig
     from connectors.sdk.metrics import SAMPLE_SCHEMA
 
 #: Names whose module imports Polars (or pydantic: ``ConnectorConfig``): resolved on first access.
 _LAZY: dict[str, str] = {
     "SAMPLE_SCHEMA": "connectors.sdk.metrics",
     "ConnectorConfig": "connectors.sdk.config",
+    "FactsConnectorConfig": "connectors.sdk.config",
     **dict.fromkeys(
         (
             "BILLING_SCHEMA",
@@ -121,6 +122,7 @@ __all__ = [
     "UTIL_METRICS",
     "ConfigurationError",
     "ConnectorConfig",
+    "FactsConnectorConfig",
     "ConnectorError",
     "ConnectorStatus",
     "DeviceInfo",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ConnectorConfig(BaseModel):
@@ -19,3 +19,13 @@ class ConnectorConfig(BaseModel):
     enabled: bool = True
     interval_s: float = 300.0
     backfill_days: float = 1.0
+
+
+class FactsConnectorConfig(ConnectorConfig):
+    """Keys of a facts source's table (``slurm``, ``kubernetes``: sources that say who owns
+    workloads). ``describes``: the metrics sources (connector names) whose ledger rows its facts
+    are about. Where two clusters number their jobs alike (``slurm:123`` on both), each cluster's
+    scheduler names its own cluster's sources, and a job's facts own only that cluster's rows.
+    Unset: its facts describe every source's rows with the same workload key."""
+
+    describes: tuple[str, ...] | None = Field(default=None, min_length=1, max_length=100)

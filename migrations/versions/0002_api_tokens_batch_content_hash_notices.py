@@ -45,7 +45,6 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("content_sha256", sa.String(length=64), nullable=True))
 
 
-
 def downgrade() -> None:
     with op.batch_alter_table("pushed_batch", schema=None) as batch_op:
         batch_op.drop_column("content_sha256")

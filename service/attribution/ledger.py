@@ -21,7 +21,7 @@ from connectors.sdk import DeviceInfo, WorkloadInfo
 from service.attribution.engine import OWNER_COLUMNS, attribute, facts_series
 from service.attribution.rules import AttributionRule
 from service.dbtypes import table_of
-from service.models import DeviceTagDay, WorkloadFact, WorkloadFactDay
+from service.models import DeviceTagDay, FactScope, WorkloadFact, WorkloadFactDay
 
 KEYS = ("device_id", "workload_key")
 
@@ -85,6 +85,12 @@ def save_workload_facts(
     if records:
         conn.execute(_upsert(table_of(WorkloadFact), conn.dialect.name), records)
     return len(records)
+
+
+def save_fact_scope(conn: Connection, source: str, describes: Sequence[str] | None, now: dt.datetime) -> None:
+    """Keep which metrics sources facts connector ``source`` describes (None: every source)."""
+    record = {"source": source, "describes": sorted(describes) if describes else None, "updated_at": now}
+    conn.execute(_upsert(table_of(FactScope), conn.dialect.name, ("source",)), [record])
 
 
 def save_facts_by_day(

@@ -5,7 +5,9 @@ A facts connector (``slurm``: a scheduler's accounting) measures nothing: its fa
 (``slurm:<jobid>`` from the node agent, ``hpc:<jobid>`` from dcgm-exporter). When the rules name the
 owner of a metrics source's rows — at ingest and on ``reattribute`` — the facts of every *other*
 source about the same key are merged in: the row's own source wins a fact key, then the most
-recently updated other source.
+recently updated other source. A facts connector whose ``describes`` names the metrics sources
+of its own cluster (``fact_scope``, kept by each of its runs) lends its facts to those sources'
+rows only: two clusters' jobs numbered alike keep their own accounts.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sqlalchemy import Connection, select
 from connectors.sdk import WorkloadInfo
 from service.attribution.engine import facts_series
 from service.dbtypes import table_of
-from service.models import WorkloadFact
+from service.models import FactScope, WorkloadFact
 
 #: Keys per ``IN (…)``: under both databases' parameter limits.
 KEY_CHUNK = 5_000
@@ -29,8 +31,11 @@ KEY_CHUNK = 5_000
 def other_facts(conn: Connection, source: str, keys: Iterable[str]) -> dict[str, dict[str, str]]:
     """Per workload key, the facts sources other than ``source`` keep about it (a later update
     wins a fact key); keys nobody else describes are absent."""
-    t = table_of(WorkloadFact)
+    t, scope = table_of(WorkloadFact), table_of(FactScope)
     names = sorted({k for k in keys if k})
+    if not names:
+        return {}
+    scoped = {s: set(d) for s, d in conn.execute(select(scope.c.source, scope.c.describes)) if d is not None}
     found: list[Any] = []
     for i in range(0, len(names), KEY_CHUNK):
         stmt = select(t.c.workload_key, t.c.facts, t.c.updated_at, t.c.source).where(
@@ -38,7 +43,9 @@ def other_facts(conn: Connection, source: str, keys: Iterable[str]) -> dict[str,
         )
         found += list(conn.execute(stmt))
     merged: dict[str, dict[str, str]] = {}
-    for key, facts, _updated, _source in sorted(found, key=lambda r: (r[2], r[3])):
+    for key, facts, _updated, other in sorted(found, key=lambda r: (r[2], r[3])):
+        if other in scoped and source not in scoped[other]:
+            continue  # another cluster's job with the same number
         if isinstance(facts, Mapping):
             merged.setdefault(key, {}).update({str(k): str(v) for k, v in facts.items()})
     return merged

@@ -296,3 +296,74 @@ def test_cost_by_project_over_graphql_shows_the_accounts_and_the_rule(
         ],
         key=str,
     )
+
+
+class OtherCluster(Nodes):
+    """Cluster B's nodes (gpu11, gpu12): its job numbers are cluster A's (``slurm:4711``, ``hpc:5001``)."""
+
+    def discover(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(d.device_id.replace("gpu0", "gpu1"), "onprem", gpu_model="H200")
+            for d in super().discover()
+        ]
+
+    def collect(self, start: dt.datetime, end: dt.datetime) -> Iterator[SampleBatch]:
+        for batch in super().collect(start, end):
+            ids = batch.samples["device_id"].cast(pl.String).str.replace("gpu0", "gpu1", literal=True)
+            samples = batch.samples.with_columns(ids.cast(batch.samples.schema["device_id"]))
+            yield SampleBatch(samples, self.discover(), batch.workloads)
+
+
+def _cluster_b_sacct(tmp_path: Path) -> Path:
+    """Cluster B's accounting: its job 4711 belongs to biology, its 5001 to geology."""
+    path = tmp_path / "sacct-b.txt"
+    text = SACCT.read_text()
+    lines = [
+        line.replace("|physics|", "|biology|") if line.startswith("4711") else
+        line.replace("|chem|", "|geology|") if line.split("|")[1:2] == ["5001"] else line
+        for line in text.splitlines()
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("facts_first", [True, False], ids=["facts-first", "reattribute"])
+def test_two_clusters_numbering_jobs_alike_keep_their_own_accounts(
+    engine: Engine, agent: WorkloadInfo, tmp_path: Path, facts_first: bool
+) -> None:
+    def cluster_facts(name: str, path: Path, nodes: str) -> None:
+        config = {"name": name, "type": "slurm", "path": str(path), "describes": [nodes]}
+        ingest_facts(engine, name, default_registry().build(config), HOUR0, END)
+
+    def cluster_metrics() -> None:
+        ingest_window(engine, "nodes-a", Nodes(agent), HOUR0, END, attribution_rules=RULES)
+        ingest_window(engine, "nodes-b", OtherCluster(agent), HOUR0, END, attribution_rules=RULES)
+
+    price(engine)
+    if facts_first:
+        cluster_facts("slurm-a", SACCT, "nodes-a")
+        cluster_facts("slurm-b", _cluster_b_sacct(tmp_path), "nodes-b")
+        cluster_metrics()
+    else:
+        cluster_metrics()
+        cluster_facts("slurm-a", SACCT, "nodes-a")
+        cluster_facts("slurm-b", _cluster_b_sacct(tmp_path), "nodes-b")
+        reattribute(engine, RULES, HOUR0, END)
+    projects = {(r[0], r[2]): r[3] for r in owners(engine) if r[2]}
+    assert projects == {
+        ("gpu01-0", "slurm:4711"): "physics", ("gpu02-0", "hpc:5001"): "chem",
+        ("gpu11-0", "slurm:4711"): "biology", ("gpu12-0", "hpc:5001"): "geology",
+    }  # fmt: skip
+    assert total_cost(engine) == Decimal(24)  # 6 present device-hours at 3 USD
+
+
+def test_without_describes_the_later_cluster_names_both_clusters_jobs(
+    engine: Engine, agent: WorkloadInfo, tmp_path: Path
+) -> None:
+    """The limit ``describes`` lifts: facts that describe every source are shared by key."""
+    price(engine)
+    ingest_facts(engine, "slurm-a", slurm(), HOUR0, END, clock=lambda: END)
+    b = {"name": "slurm-b", "type": "slurm", "path": str(_cluster_b_sacct(tmp_path))}
+    ingest_facts(engine, "slurm-b", default_registry().build(b), HOUR0, END)  # updated later: it wins
+    ingest_window(engine, "nodes-a", Nodes(agent), HOUR0, END, attribution_rules=RULES)
+    assert {r[3] for r in owners(engine) if r[2] == "slurm:4711"} == {"biology"}
