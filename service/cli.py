@@ -568,17 +568,24 @@ app.add_typer(tokens_app, name="tokens")
 def _token_store(config: Path | None) -> Iterator[Any]:
     """The token store of the configured database, migrated first (works on a fresh database);
     a database that can't be reached or migrated is one error line, exit 1."""
+    from service.auth.tokens import TokenStore
+
+    with migrated_engine(_settings(config)) as engine:
+        yield TokenStore(engine)
+
+
+@contextlib.contextmanager
+def migrated_engine(settings: Settings) -> Iterator[Any]:
+    """An engine on the configured database, migrated first (a fresh database works); a database
+    that can't be reached or migrated, there or in the block, is one error line, exit 1."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from service.auth.tokens import TokenStore
-    from service.db import MigrationError, make_engine
-    from service.db import migrate as run_migrate
+    from service.db import MigrationError, make_engine, migrate
 
-    settings = _settings(config)
     engine = make_engine(settings.database_url)
     try:
-        run_migrate(engine)
-        yield TokenStore(engine)
+        migrate(engine)
+        yield engine
     except MigrationError as exc:
         raise fail(str(exc), FAILURE_EXIT) from None
     except SQLAlchemyError as exc:
@@ -686,6 +693,7 @@ def tokens_revoke(
     typer.echo(f'revoked token "{info.name}" at {_when(info.revoked_at)}')
 
 
+import service.alerts_cli  # noqa: E402, F401  (registers `gpu-ledger alerts`; imports app from here)
 import service.forecast_cli  # noqa: E402, F401  (registers `gpu-ledger forecast`; imports app from here)
 import service.prune_cli  # noqa: E402, F401  (registers `gpu-ledger prune`; imports app from here)
 import service.reattribute_cli  # noqa: E402, F401  (registers `gpu-ledger reattribute`; imports app from here)
