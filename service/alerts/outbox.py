@@ -111,11 +111,14 @@ def claim(conn: Connection, now: dt.datetime, configured: Collection[str]) -> li
             )
             touched.update(r["event_id"] for r in rows)
             continue
-        expired = [r for r in rows if now - r["at"] >= GIVE_UP_AFTER]
-        for r in expired:
-            error = r["last_error"] or "never tried: the delivery time budget was spent each time"
-            _set(conn, channel, [r["event_id"]], status=FAILED, last_error=error)
-            touched.add(r["event_id"])
+        expired: dict[str, list[int]] = defaultdict(list)  # last error → events given up
+        for r in rows:
+            if now - r["at"] >= GIVE_UP_AFTER:
+                error = r["last_error"] or "never tried: the delivery time budget was spent each time"
+                expired[error].append(r["event_id"])
+        for error, event_ids in expired.items():
+            _set(conn, channel, event_ids, status=FAILED, last_error=error)
+            touched.update(event_ids)
         rows = [r for r in rows if now - r["at"] < GIVE_UP_AFTER]
         if not rows or rows[0]["next_attempt_at"] > now:
             continue  # backing off (or claimed by a sender that has not settled): the whole channel waits
@@ -128,33 +131,36 @@ def claim(conn: Connection, now: dt.datetime, configured: Collection[str]) -> li
 
 def settle(conn: Connection, outcomes: Sequence[Outcome], now: dt.datetime) -> None:
     """Record ``outcomes``: SENT; or a failed send counted and its channel's PENDING rows put
-    back by :func:`backoff`; or, not tried, due again at the next evaluation."""
-    failed: dict[str, int] = {}
+    back by :func:`backoff`; or, not tried, due again at the next evaluation. A few statements per
+    channel (rows grouped by what happened to them), not one per row."""
+    by_channel: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
-        row = (_OUT.c.event_id == o.event_id) & (_OUT.c.channel == o.channel) & (_OUT.c.status == PENDING)
-        if o.sent:
-            values: dict[str, object] = {
-                "status": SENT,
-                "sent_at": now,
-                "attempts": _OUT.c.attempts + 1,
-                "last_error": "",
-            }
-        elif o.tried:
-            values = {"attempts": _OUT.c.attempts + 1, "last_error": o.error[:2000]}
-        else:
-            values = {"next_attempt_at": now, **({"last_error": o.error[:2000]} if o.error else {})}
-        conn.execute(update(_OUT).where(row).values(values))
-        if o.tried and not o.sent and o.channel not in failed:
-            failed[o.channel] = conn.execute(
-                select(_OUT.c.attempts).where(_OUT.c.event_id == o.event_id, _OUT.c.channel == o.channel)
-            ).scalar_one()
-    for channel, attempts in failed.items():
-        conn.execute(
-            update(_OUT)
-            .where(_OUT.c.channel == channel, _OUT.c.status == PENDING)
-            .values(next_attempt_at=now + backoff(attempts))
-        )
-    refresh(conn, {o.event_id for o in outcomes} | _events_of(conn, failed))
+        by_channel[o.channel].append(o)
+    backing_off: list[str] = []
+    for channel, group in by_channel.items():
+        pending = (_OUT.c.channel == channel) & (_OUT.c.status == PENDING)
+        changes: dict[tuple[str, str], list[int]] = defaultdict(list)  # (what happened, error) → events
+        for o in group:
+            kind = "sent" if o.sent else "failed" if o.tried else "untried"
+            changes[(kind, o.error[:2000])].append(o.event_id)
+        attempts: int | None = None
+        for (kind, error), event_ids in changes.items():
+            rows = pending & _OUT.c.event_id.in_(event_ids)
+            if kind == "sent":
+                values: dict[str, object] = {"status": SENT, "sent_at": now, "attempts": _OUT.c.attempts + 1,
+                                             "last_error": ""}  # fmt: skip
+            elif kind == "failed":
+                values = {"attempts": _OUT.c.attempts + 1, "last_error": error}
+            else:  # its channel failed earlier in this evaluation (error), or the time budget ran out
+                values = {"next_attempt_at": now, **({"last_error": error} if error else {})}
+            conn.execute(update(_OUT).where(rows).values(values))
+            if kind == "failed":
+                tried = select(func.max(_OUT.c.attempts)).where(rows)
+                attempts = max(attempts or 0, int(conn.execute(tried).scalar_one()))
+        if attempts is not None:
+            conn.execute(update(_OUT).where(pending).values(next_attempt_at=now + backoff(attempts)))
+            backing_off.append(channel)
+    refresh(conn, {o.event_id for o in outcomes} | _events_of(conn, backing_off))
 
 
 def pending_by_channel(conn: Connection) -> dict[str, int]:
