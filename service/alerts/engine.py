@@ -76,6 +76,7 @@ class AlertEngine:
         self.engine, self.config, self.clock = engine, config, clock
         self.post, self.mail = post, mail
         self.channels: dict[str, AlertChannel] = {c.name: c for c in config.channels}
+        self.give_up_after = {c.name: dt.timedelta(hours=c.give_up_after_h) for c in config.channels}
         self.channels_of: dict[str, Sequence[str]] = {r.name: tuple(r.channels) for r in config.rules}
         self.infos = [
             store.RuleInfo(r.name, r.kind, dt.timedelta(hours=r.min_interval_h))
@@ -99,14 +100,15 @@ class AlertEngine:
                     log.warning("alert rule not evaluated", rule=rule.name, error=str(exc))
             result.announced = store.apply(conn, self.infos, result.findings, result.at)
             outbox.enqueue(conn, result.announced, self.channels_of, result.at)
-            sends = outbox.claim(conn, result.at, self.channels)  # this and earlier evaluations' due sends
+            # this and earlier evaluations' due sends
+            sends = outbox.claim(conn, result.at, self.give_up_after)
             ledger_version.bump(conn)  # last: the `alerts` answer changed
         if sends:
             result.deliveries = deliver(
                 sends, self.channels, self.config.smtp, post=self.post, mail=self.mail
             )
             with self.engine.begin() as conn:
-                outbox.settle(conn, result.deliveries, result.at)
+                outbox.settle(conn, result.deliveries, result.at, self.give_up_after)
                 ledger_version.bump(conn)
         return result
 

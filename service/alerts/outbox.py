@@ -14,8 +14,8 @@ send went (:func:`settle`). Hence:
   RESOLVED before its FIRING.
 * **Backing off.** After a failed send (each send already has the channel's own quick retries) the
   channel's rows wait :data:`RETRY_FIRST` × 2^(attempts − 1), at most :data:`RETRY_MAX`; a row still
-  unsent :data:`GIVE_UP_AFTER` after its event is marked FAILED with its last error. A channel
-  removed from the config DROPS its rows.
+  unsent its channel's ``give_up_after_h`` (default :data:`GIVE_UP_AFTER`) after its event is
+  marked FAILED with its last error. A channel removed from the config DROPS its rows.
 
 ``alert_event.deliveries`` (what ``alertHistory`` shows) is rewritten from the rows after each change.
 """
@@ -37,7 +37,7 @@ from service.models import AlertDelivery, AlertEvent
 PENDING, SENT, FAILED, DROPPED = "PENDING", "SENT", "FAILED", "DROPPED"
 RETRY_FIRST = dt.timedelta(minutes=5)
 RETRY_MAX = dt.timedelta(hours=1)
-GIVE_UP_AFTER = dt.timedelta(hours=24)
+GIVE_UP_AFTER = dt.timedelta(hours=24)  # a channel's give_up_after_h when it does not say
 LEASE = dt.timedelta(minutes=10)  # > delivery.BUDGET_S plus one send's own retries
 _OUT, _EVENT = table_of(AlertDelivery), table_of(AlertEvent)
 
@@ -85,9 +85,10 @@ def enqueue(
         refresh(conn, {r["event_id"] for r in rows})
 
 
-def claim(conn: Connection, now: dt.datetime, configured: Collection[str]) -> list[Send]:
-    """What to send now, in event order per channel; held for :data:`LEASE`. Rows of channels no
-    longer configured are DROPPED, rows older than :data:`GIVE_UP_AFTER` FAILED, on the way."""
+def claim(conn: Connection, now: dt.datetime, give_up_after: Mapping[str, dt.timedelta]) -> list[Send]:
+    """What to send now, in event order per channel; held for :data:`LEASE`. ``give_up_after``
+    names the configured channels and how long each keeps trying: rows of other channels are
+    DROPPED, rows older than their channel's limit FAILED, on the way."""
     stmt = (
         select(_OUT.c.event_id, _OUT.c.channel, _OUT.c.attempts, _OUT.c.next_attempt_at, _OUT.c.last_error,
                *[c for c in _EVENT.c if c.name not in ("id", "notify", "deliveries")])
@@ -101,7 +102,7 @@ def claim(conn: Connection, now: dt.datetime, configured: Collection[str]) -> li
     sends: list[Send] = []
     touched: set[int] = set()
     for channel, rows in by_channel.items():
-        if channel not in configured:
+        if channel not in give_up_after:
             _set(
                 conn,
                 channel,
@@ -111,28 +112,35 @@ def claim(conn: Connection, now: dt.datetime, configured: Collection[str]) -> li
             )
             touched.update(r["event_id"] for r in rows)
             continue
+        limit = give_up_after[channel]
         expired: dict[str, list[int]] = defaultdict(list)  # last error → events given up
         for r in rows:
-            if now - r["at"] >= GIVE_UP_AFTER:
+            if now - r["at"] >= limit:
                 error = r["last_error"] or "never tried: the delivery time budget was spent each time"
                 expired[error].append(r["event_id"])
         for error, event_ids in expired.items():
             _set(conn, channel, event_ids, status=FAILED, last_error=error)
             touched.update(event_ids)
-        rows = [r for r in rows if now - r["at"] < GIVE_UP_AFTER]
+        rows = [r for r in rows if now - r["at"] < limit]
         if not rows or rows[0]["next_attempt_at"] > now:
             continue  # backing off (or claimed by a sender that has not settled): the whole channel waits
         _set(conn, channel, [r["event_id"] for r in rows], next_attempt_at=now + LEASE)
         sends += [Send(_announcement(r), channel) for r in rows]
-    refresh(conn, touched)
+    refresh(conn, touched, give_up_after)
     sends.sort(key=lambda s: s.announcement.event_id)  # event order across channels too
     return sends
 
 
-def settle(conn: Connection, outcomes: Sequence[Outcome], now: dt.datetime) -> None:
+def settle(
+    conn: Connection,
+    outcomes: Sequence[Outcome],
+    now: dt.datetime,
+    give_up_after: Mapping[str, dt.timedelta] | None = None,
+) -> None:
     """Record ``outcomes``: SENT; or a failed send counted and its channel's PENDING rows put
     back by :func:`backoff`; or, not tried, due again at the next evaluation. A few statements per
-    channel (rows grouped by what happened to them), not one per row."""
+    channel (rows grouped by what happened to them), not one per row. ``give_up_after`` as for
+    :func:`claim` (it words the FAILED rows of the events rewritten)."""
     by_channel: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         by_channel[o.channel].append(o)
@@ -160,7 +168,7 @@ def settle(conn: Connection, outcomes: Sequence[Outcome], now: dt.datetime) -> N
         if attempts is not None:
             conn.execute(update(_OUT).where(pending).values(next_attempt_at=now + backoff(attempts)))
             backing_off.append(channel)
-    refresh(conn, {o.event_id for o in outcomes} | _events_of(conn, backing_off))
+    refresh(conn, {o.event_id for o in outcomes} | _events_of(conn, backing_off), give_up_after)
 
 
 def pending_by_channel(conn: Connection) -> dict[str, int]:
@@ -169,8 +177,12 @@ def pending_by_channel(conn: Connection) -> dict[str, int]:
     return {channel: int(n) for channel, n in conn.execute(stmt)}
 
 
-def refresh(conn: Connection, event_ids: Collection[int]) -> None:
-    """Rewrite ``deliveries`` of ``event_ids`` from their rows, channels in the rule's order."""
+def refresh(
+    conn: Connection, event_ids: Collection[int], give_up_after: Mapping[str, dt.timedelta] | None = None
+) -> None:
+    """Rewrite ``deliveries`` of ``event_ids`` from their rows, channels in the rule's order; a
+    FAILED row says how long its channel tried (``give_up_after``, default :data:`GIVE_UP_AFTER`)."""
+    limits = give_up_after or {}
     if not event_ids:
         return
     texts: dict[int, list[str]] = defaultdict(list)
@@ -178,12 +190,13 @@ def refresh(conn: Connection, event_ids: Collection[int]) -> None:
         select(_OUT).where(_OUT.c.event_id.in_(sorted(event_ids))).order_by(_OUT.c.event_id, _OUT.c.position)
     )
     for r in conn.execute(stmt).mappings():
-        texts[r["event_id"]].append(f"{r['channel']}: {describe(r)}")
+        limit = limits.get(r["channel"], GIVE_UP_AFTER)
+        texts[r["event_id"]].append(f"{r['channel']}: {describe(r, limit)}")
     for event_id, parts in texts.items():
         conn.execute(update(_EVENT).where(_EVENT.c.id == event_id).values(deliveries=", ".join(parts)[:4000]))
 
 
-def describe(row: Mapping[Any, Any]) -> str:
+def describe(row: Mapping[Any, Any], give_up_after: dt.timedelta = GIVE_UP_AFTER) -> str:
     """One row for a person: ``SENT``, ``PENDING``, ``RETRYING after <UTC> (why; n attempt(s))``,
     ``FAILED (why; gave up after n attempt(s))`` or ``DROPPED (why)``."""
     status, error, attempts = row["status"], row["last_error"], row["attempts"]
@@ -191,7 +204,7 @@ def describe(row: Mapping[Any, Any]) -> str:
         after = row["next_attempt_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"RETRYING after {after} ({error}; {attempts} attempt(s))"
     if status == FAILED:
-        hours = GIVE_UP_AFTER.total_seconds() / 3600
+        hours = give_up_after.total_seconds() / 3600
         return f"FAILED ({error}; gave up after {attempts} attempt(s) in {hours:g} h)"
     if status == DROPPED:
         return f"DROPPED ({error})"

@@ -115,6 +115,8 @@ AlertRule = Annotated[
     IdleWorkloadRule | ProjectIdleCostRule | BudgetForecastRule | UnmonitoredSpendRule | ConnectorSilentRule,
     Field(discriminator="kind"),
 ]
+#: Longest a channel keeps trying one announcement: a week (a receiver down over a long weekend).
+MAX_GIVE_UP_H = 168
 #: Rule kinds whose alerts belong to no project: only callers with the `read` scope see them.
 ACCOUNT_WIDE_KINDS = frozenset({"unmonitored_spend", "connector_silent"})
 
@@ -123,6 +125,12 @@ class _Channel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=NAME)
+    give_up_after_h: float = Field(
+        default=24,
+        gt=0,
+        le=MAX_GIVE_UP_H,
+        description="how long an announcement this channel could not take is tried again (the outbox)",
+    )
 
 
 class WebhookChannel(_Channel):

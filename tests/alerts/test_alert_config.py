@@ -59,6 +59,7 @@ def test_good_tables_load(tmp_path: Path) -> None:
     assert budget.budgets == {"research": Decimal("20000.50")} and budget.currency == "EUR"
     ops = settings.alert_channels[0]  # type: ignore[attr-defined]
     assert isinstance(ops, WebhookChannel) and ops.timeout_s == 10 and ops.retries == 3
+    assert ops.give_up_after_h == 24
     assert SECRET_PATH not in repr(settings) and "very-secret" not in str(settings)
 
 
@@ -95,6 +96,16 @@ def _channel(url: str) -> str:
             '[[alert_channels]]\nname = "ops"\ntype = "webhook"\nurl = "https://h.example.com/x"\n'
             "timeout_s = 3600\n",
             r'key "timeout_s"',
+        ),
+        (
+            '[[alert_channels]]\nname = "ops"\ntype = "webhook"\nurl = "https://h.example.com/x"\n'
+            "give_up_after_h = 0\n",
+            r'key "give_up_after_h": Input should be greater than 0',
+        ),
+        (
+            '[[alert_channels]]\nname = "m"\ntype = "email"\nto = ["a@example.com"]\ngive_up_after_h = 169\n'
+            '[smtp]\nhost = "127.0.0.1"\nfrom_addr = "a@example.com"\n',
+            r'key "give_up_after_h": Input should be less than or equal to 168',
         ),
         ('[[alert_channels]]\nname = "ops"\ntype = "pager"\n', r"does not match any of the expected tags"),
         (

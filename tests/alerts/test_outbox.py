@@ -41,7 +41,9 @@ def _heard_from(engine: Engine, name: str, when: dt.datetime) -> None:
         )
 
 
-def _config(url: str, *, channels: bool = True) -> AlertConfig:
+def _config(url: str, *, channels: bool = True, give_up_after_h: float = 24) -> AlertConfig:
+    hook = {"name": "hook", "type": "webhook", "url": url, "retries": 0, "timeout_s": 2}
+    hook["give_up_after_h"] = give_up_after_h
     rules, chans = parse_alert_tables(
         "test",
         [
@@ -52,7 +54,7 @@ def _config(url: str, *, channels: bool = True) -> AlertConfig:
                 "channels": ["hook"] if channels else [],
             }
         ],
-        [{"name": "hook", "type": "webhook", "url": url, "retries": 0, "timeout_s": 2}] if channels else [],
+        [hook] if channels else [],
         has_smtp=False,
     )
     return AlertConfig(tuple(rules), tuple(chans))
@@ -136,6 +138,40 @@ def test_a_send_still_failing_after_a_day_is_given_up(engine: Engine, put: Put) 
     assert _texts(engine) == [
         f"hook: FAILED (webhook {hooks.base}/…: HTTP 500 (after 1 attempt(s)); "
         "gave up after 27 attempt(s) in 24 h)"
+    ]
+
+
+def test_a_channel_keeps_trying_as_long_as_it_says(engine: Engine, put: Put) -> None:
+    """give_up_after_h = 72: a receiver down over a weekend still gets the alert on Monday; = 2:
+    given up after two hours, and the history says so."""
+    silent(put, "dc1")
+    with http_receiver() as hooks:
+        alerts = AlertEngine(engine, _config(hooks.base + "/hook", give_up_after_h=72))
+        hooks.script = [500] * 100
+        now = at(2)
+        while now < at(2) + dt.timedelta(hours=60):
+            alerts.evaluate(now)
+            now += 15 * MIN
+        assert _rows(engine) == [("hook", "PENDING", hooks.attempts)] and hooks.attempts > 27
+        hooks.script = []
+        alerts.evaluate(now + outbox.RETRY_MAX)
+        assert _received(hooks) == [("dc1", "FIRING")]
+    assert _texts(engine) == ["hook: SENT"]
+
+
+def test_a_short_give_up_is_said_in_the_history(engine: Engine, put: Put) -> None:
+    silent(put, "dc1")
+    with http_receiver() as hooks:
+        alerts = AlertEngine(engine, _config(hooks.base + "/hook", give_up_after_h=2))
+        hooks.script = [500] * 100
+        for minutes in (0, 5, 15, 35, 75, 119, 120, 240):
+            alerts.evaluate(at(2) + minutes * MIN)
+        # tried at 0, 5, 15, 35 and 75 min; at 120 min the two hours are up
+        assert hooks.attempts == 5
+    assert _rows(engine) == [("hook", "FAILED", 5)]
+    assert _texts(engine) == [
+        f"hook: FAILED (webhook {hooks.base}/…: HTTP 500 (after 1 attempt(s)); "
+        "gave up after 5 attempt(s) in 2 h)"
     ]
 
 
