@@ -67,7 +67,7 @@ def configure_logging(
             renderer,
         ],
     )
-    handler = _LedgerHandler(stream or sys.stderr)
+    handler = _LedgerHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _LedgerHandler)]:
@@ -97,7 +97,23 @@ class _AlembicContextChatter(logging.Filter):
 
 
 class _LedgerHandler(logging.StreamHandler):
-    """The root handler configure_logging installs: found and replaced when it runs again."""
+    """The root handler configure_logging installs: found and replaced when it runs again.
+
+    Without a stream of its own it writes to whatever ``sys.stderr`` is when a record comes, as
+    ``logging.lastResort`` does: a CLI run under a harness that swaps and closes stderr (click's
+    ``CliRunner``, pytest's capture) must not leave the process logging into a closed file."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        logging.Handler.__init__(self)
+        self._own_stream = stream
+
+    @property
+    def stream(self) -> TextIO:
+        return self._own_stream if self._own_stream is not None else sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:  # setStream
+        self._own_stream = value
 
 
 def _identity(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

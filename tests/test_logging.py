@@ -3,7 +3,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 
+import pytest
 from pydantic import SecretStr
 
 from service.logging import configure_logging, get_logger, redact
@@ -39,3 +41,22 @@ def test_console_format() -> None:
     finally:
         configure_logging("WARNING", "console")
     assert "visible" in stream.getvalue() and "pw" not in stream.getvalue().replace("password", "")
+
+
+def test_logs_follow_stderr_when_it_is_swapped_and_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure_logging ran while stderr was a harness's buffer (CliRunner) that is closed since:
+    later records go to the stderr of their time, with no "I/O operation on closed file"."""
+    errors: list[str] = []
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    monkeypatch.setattr(logging.Handler, "handleError", lambda _self, _record: errors.append("error"))
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("INFO", "console")
+    try:
+        first.close()
+        second = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("alembic.runtime.migration").info("Running upgrade 0018 -> 0019")
+    finally:
+        configure_logging("WARNING", "console")
+    assert errors == [] and "Running upgrade 0018 -> 0019" in second.getvalue()
