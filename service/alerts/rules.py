@@ -58,7 +58,7 @@ class AlertConfigError(ValueError):
 
 
 class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(pattern=NAME, description="unique; names the alert in history and metrics")
     channels: tuple[str, ...] = Field(default=(), max_length=20, description="[[alert_channels]] names")
@@ -122,7 +122,7 @@ ACCOUNT_WIDE_KINDS = frozenset({"unmonitored_spend", "connector_silent"})
 
 
 class _Channel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(pattern=NAME)
     give_up_after_h: float = Field(

@@ -107,6 +107,15 @@ def _channel(url: str) -> str:
             '[smtp]\nhost = "127.0.0.1"\nfrom_addr = "a@example.com"\n',
             r'key "give_up_after_h": Input should be less than or equal to 168',
         ),
+        (
+            '[[alert_channels]]\nname = "ops"\ntype = "webhook"\nurl = "https://h.example.com/x"\n'
+            "give_up_after_h = nan\n",
+            r'key "give_up_after_h": Input should be a finite number',
+        ),
+        (
+            '[[alerts]]\nname = "z"\nkind = "connector_silent"\nhours = inf\n',
+            r'key "hours": Input should be a finite number',
+        ),
         ('[[alert_channels]]\nname = "ops"\ntype = "pager"\n', r"does not match any of the expected tags"),
         (
             '[[alert_channels]]\nname = "m"\ntype = "email"\nto = ["a@example.com"]\n',
